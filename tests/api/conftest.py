@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+from tests.api.fakes import FakeEngine
+from titan.api import create_app
+from titan.backends import EmbeddedBackend
+from titan.config import TitanConfig
+from titan.service import Pipeline
+
+
+def make_app(engine: FakeEngine, config: TitanConfig | None = None) -> Starlette:
+    config = config or TitanConfig()
+    backend = EmbeddedBackend(config.embedded, engine_factory=engine.factory)
+    return create_app(config, pipeline=Pipeline([backend]))
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+async def app(engine: FakeEngine) -> AsyncIterator[Starlette]:
+    """The app with its lifespan running and the (fake) model loaded."""
+    app = make_app(engine)
+    async with app.router.lifespan_context(app):
+        await app.state.titan.start_task
+        yield app
+
+
+@pytest.fixture
+async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://titan.test") as client:
+        yield client

@@ -1,0 +1,104 @@
+"""TitanConfig, its mapping onto the engine's config, and the `titan serve` flags."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from titan.backends.embedded import engine_config
+from titan.cli import main as cli_main
+from titan.config import EmbeddedModelConfig, TitanConfig, parse_byte_size
+from titan.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2GiB", 2 * 1024**3),
+        ("512MiB", 512 * 1024**2),
+        ("1.5GB", 1_500_000_000),
+        ("4096", 4096),
+        ("64 kib", 64 * 1024),
+    ],
+)
+def test_parse_byte_size(text: str, expected: int) -> None:
+    assert parse_byte_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "2 parsecs", "-1GiB", "1e9"])
+def test_parse_byte_size_refuses(text: str) -> None:
+    with pytest.raises(ConfigError, match="byte size"):
+        parse_byte_size(text)
+
+
+def test_config_is_frozen_and_rejects_unknown_keys() -> None:
+    with pytest.raises(ValidationError, match="extra"):
+        TitanConfig.model_validate({"server": {"hots": "0.0.0.0"}})
+    config = TitanConfig()
+    with pytest.raises(ValidationError):
+        config.server.port = 1  # type: ignore[misc]
+
+
+def test_engine_config_takes_only_what_was_set() -> None:
+    engine = engine_config(EmbeddedModelConfig(kv_cache_bytes="1GiB", max_num_seqs=8))
+    assert engine.kv_cache_bytes == 1024**3 and engine.max_num_seqs == 8
+    assert engine.block_size == 16 and engine.model is None  # the engine's defaults
+
+
+def test_engine_config_errors_surface_as_config_errors() -> None:
+    with pytest.raises(ConfigError, match="block_size"):
+        engine_config(EmbeddedModelConfig(block_size=3))
+
+
+def test_build_config_from_flags() -> None:
+    config = cli_main.build_config(
+        host="0.0.0.0",
+        port=9000,
+        log_level="DEBUG",
+        model="/models/x.gguf",
+        kv_cache_memory="512MiB",
+        max_model_len=256,
+        num_threads=1,
+    )
+    assert config.server.host == "0.0.0.0" and config.server.port == 9000
+    assert config.server.log_level == "debug"
+    assert config.embedded.model == "/models/x.gguf"
+    assert config.embedded.kv_cache_bytes == 512 * 1024**2
+    assert config.embedded.max_model_len == 256 and config.embedded.num_threads == 1
+
+
+def test_build_config_names_the_bad_flag() -> None:
+    with pytest.raises(ConfigError, match="--max-num-seqs"):
+        cli_main.build_config(max_num_seqs=0)
+    with pytest.raises(ConfigError, match="--port"):
+        cli_main.build_config(port=70000)
+
+
+def test_serve_passes_flags_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[TitanConfig] = []
+    monkeypatch.setattr(cli_main, "run_server", lambda config: seen.append(config) or 0)
+    result = CliRunner().invoke(
+        cli_main.build_cli(),
+        ["serve", "--port", "8123", "--max-num-seqs", "4", "--served-model-name", "smol"],
+    )
+    assert result.exit_code == 0, result.output
+    (config,) = seen
+    assert config.server.port == 8123 and config.server.host == "127.0.0.1"
+    assert config.embedded.max_num_seqs == 4 and config.embedded.served_model_name == "smol"
+
+
+def test_serve_refuses_bad_flags_with_a_message() -> None:
+    result = CliRunner().invoke(cli_main.build_cli(), ["serve", "--kv-cache-memory", "lots"])
+    assert result.exit_code == 2
+    assert "byte size" in result.output
+
+
+def test_serve_exit_code_follows_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_main, "run_server", lambda config: 1)
+    assert CliRunner().invoke(cli_main.build_cli(), ["serve"]).exit_code == 1
+
+
+def test_help_lists_serve() -> None:
+    result = CliRunner().invoke(cli_main.build_cli(), ["--help"])
+    assert result.exit_code == 0 and "serve" in result.output

@@ -1,0 +1,34 @@
+"""Shared fixtures for engine tests that load the real SmolLM2 model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from titan.engine.config import EngineConfig
+from titan.engine.engine import Engine
+from titan.engine.model.loader import resolve_model
+from titan.engine.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def hf_dir() -> Path:
+    """The bundled GGUF model converted to an HF directory (cached across runs)."""
+    return resolve_model(None, EngineConfig().resolved_cache_dir() / "models").hf_dir
+
+
+@pytest.fixture(scope="session")
+def tokenizer(hf_dir: Path) -> Tokenizer:
+    return Tokenizer(hf_dir, (2,), 1)
+
+
+def run_engine(engine: Engine, prompts: dict[str, list[int]], params) -> dict[str, list[int]]:
+    """Add all prompts at once, step until done; request id -> generated token ids."""
+    for request_id, prompt in prompts.items():
+        engine.add_request(request_id, prompt, params)
+    tokens: dict[str, list[int]] = {rid: [] for rid in prompts}
+    while engine.has_unfinished:
+        for output in engine.step():
+            tokens[output.request_id].extend(output.token_ids)
+    return tokens

