@@ -24,11 +24,13 @@ def tokenizer(hf_dir: Path) -> Tokenizer:
 
 
 def run_engine(engine: Engine, prompts: dict[str, list[int]], params) -> dict[str, list[int]]:
-    """Add all prompts at once, step until done; request id -> generated token ids."""
+    """Add all prompts at once, step until every request (theirs and any already added) is done;
+    request id -> generated token ids, for the given prompts."""
     for request_id, prompt in prompts.items():
         engine.add_request(request_id, prompt, params)
     tokens: dict[str, list[int]] = {rid: [] for rid in prompts}
     while engine.has_unfinished:
         for output in engine.step():
-            tokens[output.request_id].extend(output.token_ids)
+            if output.request_id in tokens:
+                tokens[output.request_id].extend(output.token_ids)
     return tokens

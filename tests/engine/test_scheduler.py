@@ -13,7 +13,14 @@ EOS = 2
 
 
 def make_scheduler(
-    num_blocks=64, block_size=4, max_num_seqs=8, budget=32, max_model_len=1024, chunk_cap=None
+    num_blocks=64,
+    block_size=4,
+    max_num_seqs=8,
+    budget=32,
+    max_model_len=1024,
+    chunk_cap=None,
+    cost_model=None,
+    max_decode_slowdown=None,
 ):
     kv = KVCacheManager(num_blocks, block_size)
     config = SchedulerConfig(
@@ -21,8 +28,10 @@ def make_scheduler(
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
         max_prefill_chunk_while_decoding=chunk_cap,
+        max_decode_slowdown=max_decode_slowdown,
+        min_prefill_chunk=4,
     )
-    return Scheduler(config, kv)
+    return Scheduler(config, kv, cost_model)
 
 
 _seq = iter(range(10**9))
@@ -268,3 +277,36 @@ def test_random_workload_keeps_invariants_and_leaks_nothing(seed):
     assert not s.has_unfinished
     assert s.kv.num_free_blocks == 24
     s.kv.pool.check_invariants()
+
+
+def test_cost_model_sizes_chunks_to_bound_the_decode_slowdown():
+    from titan.engine.cost_model import StepCostModel, attention_pairs
+
+    model = StepCostModel(min_samples=4)
+    # A synthetic machine: 50 ms per step, 1 ms per token, 2 us per attention pair.
+    for tokens, start in [(1, 10), (8, 100), (64, 0), (64, 500), (32, 1500), (4, 40)] * 6:
+        pairs = attention_pairs(start, tokens)
+        model.observe(tokens, pairs, 0.05 + 0.001 * tokens + 2e-6 * pairs)
+    fixed, per_token, per_pair = model.coefficients
+    assert fixed == pytest.approx(0.05, rel=1e-6)
+    assert per_token == pytest.approx(0.001, rel=1e-6)
+    assert per_pair == pytest.approx(2e-6, rel=1e-6)
+    decode_time = model.predict(3, 300)
+    for start in (0, 1000, 5000):
+        n = model.max_prefill_tokens(start, 3, 300, max_slowdown=2.0)
+        extra = model.predict(n, attention_pairs(start, n)) - model.coefficients[0]
+        extra_one_more = model.predict(n + 1, attention_pairs(start, n + 1)) - fixed
+        assert extra <= decode_time < extra_one_more  # the longest chunk that fits
+    # Later chunks of a long prompt attend to more keys, so they are shorter.
+    assert model.max_prefill_tokens(5000, 3, 300, 2.0) < model.max_prefill_tokens(0, 3, 300, 2.0)
+
+    s = make_scheduler(budget=512, cost_model=model, max_decode_slowdown=2.0, chunk_cap=7)
+    decoders = [make_request(f"d{i}", 4, max_tokens=50) for i in range(3)]
+    for r in decoders:
+        s.add_request(r)
+    run_step(s)
+    s.add_request(make_request("long", 400, max_tokens=2))
+    out = run_step(s)
+    by_id = {x.request.request_id: x.num_new_tokens for x in out.scheduled}
+    expected = model.max_prefill_tokens(0, 3, sum(r.num_tokens for r in decoders), 2.0)
+    assert by_id["long"] == expected != 7  # the fitted limit replaces the static one

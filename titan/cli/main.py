@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from titan.cli.bench import bench_app
 from titan.config import EmbeddedModelConfig, ServerConfig, TitanConfig, parse_byte_size
 from titan.errors import ConfigError, TitanError
 
@@ -162,9 +163,7 @@ def build_cli() -> typer.Typer:
     # A callback keeps `serve` a subcommand even while it is the only one.
     cli.callback()(lambda: None)
     cli.command("serve")(serve)
-    # ---- command groups: register each sub-app here --------------------------------------
-    # e.g. `titan bench engine` (titan/cli/bench.py):
-    #     cli.add_typer(bench_app, name="bench")
+    cli.add_typer(bench_app, name="bench")
     return cli
 
 

@@ -25,10 +25,12 @@ class EngineConfig:
     kv_cache_bytes: int = 2 * GIB
     max_num_batched_tokens: int = 512
     max_num_seqs: int = 32
-    # While decodes run, one prefill chunk computes at most this many tokens per step: the cost
-    # of a step (and so running streams' inter-token gap) stays bounded when a long prompt
-    # arrives. None: only max_num_batched_tokens bounds it.
-    max_prefill_chunk_while_decoding: int | None = 128
+    # While decodes run, a prefill chunk may make a step at most this many times slower than the
+    # decodes alone (a learned step cost model sizes the chunk): running streams keep their pace
+    # when a long prompt arrives. None: only the token budget and the static limit below.
+    max_decode_slowdown: float | None = 2.0
+    # The chunk limit while decoding until the cost model is fitted (its first few dozen steps).
+    max_prefill_chunk_while_decoding: int | None = 64
     max_model_len: int | None = None  # caps the model's own context window
     # torch intra-op threads; None: cores - 1 (the HTTP loop keeps a core, see ARCHITECTURE.md).
     num_threads: int | None = None
@@ -55,6 +57,8 @@ class EngineConfig:
             problems.append(f"kv_cache_bytes must be > 0, got {self.kv_cache_bytes}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.max_decode_slowdown is not None and self.max_decode_slowdown <= 1.0:
+            problems.append(f"max_decode_slowdown must be > 1, got {self.max_decode_slowdown}")
         if self.num_threads is not None and self.num_threads < 1:
             problems.append(f"num_threads must be >= 1, got {self.num_threads}")
         if problems:

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from titan.engine.config import EngineConfig
+from titan.engine.cost_model import StepCostModel, attention_pairs
 from titan.engine.detokenizer import IncrementalDetokenizer
 from titan.engine.kernels.cpu_attention import CpuPagedAttention, build_library
 from titan.engine.kv_cache.manager import KVCacheManager
@@ -100,15 +101,18 @@ class Engine:
         self.kv = KVCacheManager(
             num_blocks, config.block_size, enable_caching=config.enable_prefix_caching
         )
+        self.cost_model = StepCostModel()
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_num_seqs=config.max_num_seqs,
                 max_num_batched_tokens=config.max_num_batched_tokens,
                 max_model_len=self.max_model_len,
+                max_decode_slowdown=config.max_decode_slowdown,
                 max_prefill_chunk_while_decoding=config.max_prefill_chunk_while_decoding,
                 check_invariants=config.check_invariants,
             ),
             self.kv,
+            self.cost_model,
         )
         self._states: dict[str, _RequestState] = {}
         self._arrivals = arrival_counter()
@@ -143,6 +147,7 @@ class Engine:
             model_config.num_attention_heads,
             model_config.num_key_value_heads,
             model_config.head_dim,
+            self.config.block_size,
         ):
             log.warning("the CPU attention kernel does not fit this model; using torch SDPA")
             return None
@@ -237,7 +242,13 @@ class Engine:
                 state.row.output_token_ids = item.request.output_token_ids
                 state.row.banned_token_ids = self._banned(item.request)
                 rows[item.request.request_id] = state.row
+        started = time.perf_counter()
         sampled = self.runner.execute(schedule.scheduled, rows)
+        self.cost_model.observe(
+            schedule.num_batched_tokens,
+            sum(attention_pairs(s.start, s.num_new_tokens) for s in schedule.scheduled),
+            time.perf_counter() - started,
+        )
         self._stats.num_steps += 1
         for item in schedule.scheduled:
             if item.start < item.request.num_prompt_tokens:

@@ -13,6 +13,7 @@ from titan.engine.model.attention import (
     KernelBatch,
     PagedAttentionKernel,
     PrefillChunk,
+    kv_cache_shapes,
 )
 from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.sampler import SampledToken, SamplingRow, sample
@@ -53,11 +54,13 @@ class ModelRunner:
         self.block_size = spec.block_size
         self.device = model.device
         self.group_size = model.config.num_queries_per_kv
-        shape = (num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim)
+        k_shape, v_shape = kv_cache_shapes(
+            num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim
+        )
         self.kv_caches = [
             (
-                torch.zeros(shape, dtype=spec.dtype, device=self.device),
-                torch.zeros(shape, dtype=spec.dtype, device=self.device),
+                torch.zeros(k_shape, dtype=spec.dtype, device=self.device),
+                torch.zeros(v_shape, dtype=spec.dtype, device=self.device),
             )
             for _ in range(spec.num_layers)
         ]
@@ -89,7 +92,12 @@ class ModelRunner:
             last_index[request.request_id] = len(input_ids) - 1
 
         device = self.device
-        meta = AttentionMetadata(slot_mapping=torch.tensor(slots, dtype=torch.long, device=device))
+        slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
+        meta = AttentionMetadata(
+            slot_mapping=slot_mapping,
+            slot_blocks=slot_mapping // self.block_size,
+            slot_offsets=slot_mapping % self.block_size,
+        )
         if self.attention_kernel is not None:
             meta.kernel_batch = self._kernel_batch(ordered)
         else:

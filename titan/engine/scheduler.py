@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from titan.engine.cost_model import StepCostModel
 from titan.engine.kv_cache.manager import KVCacheManager
 from titan.engine.request import Request, RequestStatus
 
@@ -21,9 +22,15 @@ class SchedulerConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int
-    # While decodes are running, one prefill chunk takes at most this many tokens per step, so
-    # that a long prompt arriving costs running streams a bounded inter-token gap.
+    # While decodes run, a prefill chunk may make a step at most this many times slower than
+    # the decodes alone (sized by the step cost model), so a long prompt arriving costs running
+    # streams a bounded inter-token gap. None: no such limit.
+    max_decode_slowdown: float | None = None
+    # The chunk limit while decoding until the cost model has seen enough steps (or always,
+    # without a cost model). None: only the token budget.
     max_prefill_chunk_while_decoding: int | None = None
+    # Chunks never shrink below this, so a prompt always progresses.
+    min_prefill_chunk: int = 16
     check_invariants: bool = True
 
 
@@ -54,9 +61,12 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
+    def __init__(
+        self, config: SchedulerConfig, kv: KVCacheManager, cost_model: StepCostModel | None = None
+    ):
         self.config = config
         self.kv = kv
+        self.cost_model = cost_model
         self.waiting: list[Request] = []  # sorted by (priority, arrival)
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -99,14 +109,13 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         self.running.sort(key=lambda r: r.sort_key)
         scheduled_ids: set[str] = set()
-        num_decodes = sum(r.num_tokens - r.num_computed_tokens == 1 for r in self.running)
+        decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
+        decode_load = (len(decodes), sum(r.num_tokens for r in decodes))
 
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
-            num_new = self._chunk(
-                request.num_tokens - request.num_computed_tokens, budget, num_decodes
-            )
+            num_new = self._chunk(request, request.num_computed_tokens, budget, decode_load)
             while not self.kv.allocate_slots(request, num_new):
                 victim = self._pick_victim(scheduled_ids)
                 self._preempt(victim)
@@ -132,7 +141,7 @@ class Scheduler:
             request = self.waiting[0]
             cached = self.kv.find_cached_prefix(request) if request.num_computed_tokens == 0 else []
             num_computed = len(cached) * self.kv.block_size
-            num_new = self._chunk(request.num_tokens - num_computed, budget, num_decodes)
+            num_new = self._chunk(request, num_computed, budget, decode_load)
             if not self.kv.allocate_slots(request, num_new, cached):
                 break
             self.waiting.pop(0)
@@ -150,12 +159,26 @@ class Scheduler:
             self.check_invariants(output)
         return output
 
-    def _chunk(self, num_remaining: int, budget: int, num_decodes: int) -> int:
+    def _chunk(
+        self, request: Request, start: int, budget: int, decode_load: tuple[int, int]
+    ) -> int:
+        """Tokens to compute for ``request`` from ``start``: all that remain, within the budget,
+        and, while decodes run, within the chunk limit."""
+        num_remaining = request.num_tokens - start
         num_new = min(num_remaining, budget)
-        cap = self.config.max_prefill_chunk_while_decoding
-        if num_remaining > 1 and num_decodes and cap:
-            num_new = min(num_new, cap)
-        return num_new
+        num_decodes, num_decode_pairs = decode_load
+        if num_remaining == 1 or not num_decodes:
+            return num_new
+        limit = self.config.max_prefill_chunk_while_decoding
+        slowdown = self.config.max_decode_slowdown
+        if self.cost_model is not None and slowdown is not None:
+            fitted = self.cost_model.max_prefill_tokens(
+                start, num_decodes, num_decode_pairs, slowdown
+            )
+            limit = fitted if fitted is not None else limit
+        if limit is None:
+            return num_new
+        return min(num_new, max(limit, self.config.min_prefill_chunk))
 
     def _pick_victim(self, scheduled_ids: set[str]) -> Request:
         """Lowest priority (highest value), then least computed, then latest arrival, among the

@@ -23,8 +23,17 @@ import torch
 log = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("paged_attention.c")
-# No fast-math: the kernel's summation order must be the one its code spells out.
-_FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-std=c11"]
+# No fast-math: the kernel's summation order must be the one its code spells out. FMA
+# contraction is on explicitly (ISO C mode turns it off); it applies the same way to every call.
+_FLAGS = [
+    "-O3",
+    "-march=native",
+    "-ffp-contract=fast",
+    "-fno-math-errno",
+    "-shared",
+    "-fPIC",
+    "-std=c11",
+]
 _ARGTYPES = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 7 + [ctypes.c_float]
 _FUNCTIONS = {torch.float32: "paged_attention_f32", torch.bfloat16: "paged_attention_bf16"}
 
@@ -71,10 +80,11 @@ class CpuPagedAttention:
         self._pool = ThreadPoolExecutor(num_threads) if num_threads > 1 else None
 
     def supports(
-        self, dtype: torch.dtype, num_heads: int, num_kv_heads: int, head_dim: int
+        self, dtype: torch.dtype, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int
     ) -> bool:
         return (
             dtype in self._functions
+            and block_size % 16 == 0
             and num_heads <= 128
             and num_heads % num_kv_heads == 0
             and head_dim <= 256
@@ -84,15 +94,15 @@ class CpuPagedAttention:
     def __call__(
         self,
         q: torch.Tensor,  # [T, heads, head_dim], contiguous
-        cache_k: torch.Tensor,
-        cache_v: torch.Tensor,
+        cache_k: torch.Tensor,  # [num_blocks, kv_heads, head_dim, block_size]
+        cache_v: torch.Tensor,  # [num_blocks, block_size, kv_heads, head_dim]
         block_tables: torch.Tensor,  # [S, max_blocks] int64
         query_starts: torch.Tensor,  # [S + 1] int64
         first_positions: torch.Tensor,  # [S] int64
         scale: float,
     ) -> torch.Tensor:
         _, num_heads, head_dim = q.shape
-        _, block_size, num_kv_heads, _ = cache_k.shape
+        _, block_size, num_kv_heads, _ = cache_v.shape
         num_seqs = first_positions.shape[0]
         out = torch.empty_like(q)
         function = self._functions[q.dtype]

@@ -8,12 +8,15 @@
  * same bits whether it is a decode, part of a prefill chunk of any size, or recomputed after a
  * preemption: with row-invariant matmuls, the engine's output does not depend on the batch.
  *
- * Queries are processed in tiles of up to TILE tokens of one sequence, so that a cached K/V row
- * is read once per tile rather than once per query. Scores and softmax are float32.
+ * Queries are processed in tiles of up to TILE tokens of one sequence, so that cached K/V is read
+ * once per tile rather than once per query. K blocks are stored transposed: the scores of LANES
+ * consecutive tokens are one vector, accumulated over head_dim with one FMA per dimension and no
+ * horizontal sums. Scores and softmax are float32.
  *
  * Layouts (row-major):
  *   q, out           [num_tokens, num_heads, head_dim]
- *   k/v cache        [num_blocks, block_size, num_kv_heads, head_dim]
+ *   k cache          [num_blocks, num_kv_heads, head_dim, block_size]  (transposed blocks)
+ *   v cache          [num_blocks, block_size, num_kv_heads, head_dim]
  *   block_tables     [num_seqs, max_blocks] int64
  *   query_starts     [num_seqs + 1] int64: sequence s owns query tokens [starts[s], starts[s+1])
  *   first_positions  [num_seqs] int64: position of the sequence's first query token
@@ -84,13 +87,6 @@ static inline float hmax(vf v) {
     return m;
 }
 
-/* q . k over head_dim (a multiple of LANES): lane-wise FMAs in d order, then the fixed tree. */
-static inline float dot(const float *q, const float *k, int64_t head_dim) {
-    vf acc = load_f32(q) * load_f32(k);
-    for (int64_t d = LANES; d < head_dim; d += LANES) acc += load_f32(q + d) * load_f32(k + d);
-    return hsum(acc);
-}
-
 /* exp(x) for x <= 0 (softmax after subtracting the max): range reduction and a degree-6
  * polynomial, ~1 ulp, on whole vectors. */
 static inline vf exp_nonpositive(vf x) {
@@ -108,14 +104,13 @@ static inline vf exp_nonpositive(vf x) {
     return p * (vf)((n + 127) << 23);
 }
 
-/* In place: x[t] = softmax(x[0..ctx))[t]. x has room up to a multiple of LANES. */
-static inline void softmax(float *x, int64_t ctx) {
+/* In place: x[t] = exp(x[t] - max) over x[0..ctx) (zero beyond, up to a multiple of LANES);
+ * returns 1 / sum, applied to the output once instead of to every probability. */
+static inline float softmax_unnormalized(float *x, int64_t ctx) {
     const int64_t padded = (ctx + LANES - 1) / LANES * LANES;
     for (int64_t t = ctx; t < padded; t++) x[t] = -INFINITY;
     vf m = load_f32(x);
-    for (int64_t t = LANES; t < padded; t += LANES) {
-        m = vmax(load_f32(x + t), m);
-    }
+    for (int64_t t = LANES; t < padded; t += LANES) m = vmax(load_f32(x + t), m);
     const float max = hmax(m);
     vf sum = splat(0.f);
     for (int64_t t = 0; t < padded; t += LANES) {
@@ -124,13 +119,46 @@ static inline void softmax(float *x, int64_t ctx) {
         *(vfu *)(x + t) = e;
         sum += e;
     }
-    const float inv = 1.f / hsum(sum);
-    for (int64_t t = 0; t < padded; t += LANES) *(vfu *)(x + t) = load_f32(x + t) * inv;
+    return 1.f / hsum(sum);
 }
 
-static inline void axpy(float *acc, float p, const float *v, int64_t head_dim) {
-    for (int64_t d = 0; d < head_dim; d += LANES)
-        *(vfu *)(acc + d) = load_f32(acc + d) + p * load_f32(v + d);
+/* acc[0..SLICES * LANES) += sum_j p[j] * v[j * stride ..], j in order; every LANES-wide slice
+ * is its own FMA chain, held in a register across the tokens. */
+#define DEFINE_ACCUMULATE(SLICES)                                                                  \
+static inline void accumulate_##SLICES(float *acc, const float *p, const float *v,                \
+                                       int64_t count, int64_t stride) {                           \
+    vf r[SLICES];                                                                                 \
+    for (int c = 0; c < SLICES; c++) r[c] = load_f32(acc + c * LANES);                            \
+    for (int64_t j = 0; j < count; j++) {                                                         \
+        const float pj = p[j];                                                                    \
+        const float *vj = v + j * stride;                                                         \
+        for (int c = 0; c < SLICES; c++) r[c] += pj * load_f32(vj + c * LANES);                   \
+    }                                                                                             \
+    for (int c = 0; c < SLICES; c++) *(vfu *)(acc + c * LANES) = r[c];                            \
+}
+DEFINE_ACCUMULATE(1)
+DEFINE_ACCUMULATE(2)
+DEFINE_ACCUMULATE(4)
+
+static inline void accumulate(float *acc, const float *p, const float *v, int64_t count,
+                              int64_t stride, int64_t head_dim) {
+    int64_t d = 0;
+    for (; d + 4 * LANES <= head_dim; d += 4 * LANES) accumulate_4(acc + d, p, v + d, count, stride);
+    for (; d + 2 * LANES <= head_dim; d += 2 * LANES) accumulate_2(acc + d, p, v + d, count, stride);
+    for (; d < head_dim; d += LANES) accumulate_1(acc + d, p, v + d, count, stride);
+}
+
+/* The scores of LANES keys for one query head: kf[d] holds dimension d of the keys. Four
+ * partial sums over d (d mod 4) keep four FMA chains in flight; they are added in a fixed order. */
+static inline vf key_scores(const float *q, const vf *kf, int64_t head_dim) {
+    vf a0 = q[0] * kf[0], a1 = q[1] * kf[1], a2 = q[2] * kf[2], a3 = q[3] * kf[3];
+    for (int64_t d = 4; d < head_dim; d += 4) {
+        a0 += q[d] * kf[d];
+        a1 += q[d + 1] * kf[d + 1];
+        a2 += q[d + 2] * kf[d + 2];
+        a3 += q[d + 3] * kf[d + 3];
+    }
+    return (a0 + a1) + (a2 + a3);
 }
 
 static inline void load_row_f32(float *dst, const float *src, int64_t n) {
@@ -141,7 +169,7 @@ static inline void load_row_bf16(float *dst, const uint16_t *src, int64_t n) {
     for (int64_t c = 0; c < n; c += LANES) *(vfu *)(dst + c) = load_bf16(src + c);
 }
 
-#define DEFINE_KERNEL(NAME, T, LOAD, STORE, LOAD_ROW)                                              \
+#define DEFINE_KERNEL(NAME, T, LOAD, STORE, LOAD_ROW, LOAD_VEC)                                              \
 int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_tables,             \
          const int64_t *query_starts, const int64_t *first_positions, T *out,                     \
          int64_t seq_begin, int64_t seq_end, int64_t num_heads, int64_t num_kv_heads,             \
@@ -150,7 +178,7 @@ int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_ta
     const int64_t row = num_kv_heads * head_dim;                                                  \
     const int64_t width = num_heads * head_dim;                                                   \
     if (num_heads > MAX_HEADS || head_dim > MAX_HEAD_DIM || head_dim % LANES ||                   \
-        num_heads % num_kv_heads)                                                                 \
+        num_heads % num_kv_heads || block_size % LANES)                                           \
         return -1;                                                                                \
     int64_t longest = 1;                                                                          \
     for (int64_t s = seq_begin; s < seq_end; s++) {                                               \
@@ -161,9 +189,11 @@ int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_ta
     float *scores = malloc(sizeof(float) * (size_t)(TILE * num_heads * longest));                \
     float *qf = malloc(sizeof(float) * (size_t)(TILE * width));                                  \
     float *acc = malloc(sizeof(float) * (size_t)(TILE * width));                                 \
-    float *rowf = malloc(sizeof(float) * (size_t)row);                                           \
-    if (!scores || !qf || !acc || !rowf) {                                                        \
-        free(scores); free(qf); free(acc); free(rowf);                                            \
+    float *vbuf = malloc(sizeof(float) * (size_t)(LANES * row));                                 \
+    float *inv_sums = malloc(sizeof(float) * (size_t)(TILE * num_heads));                        \
+    vf kf[MAX_HEAD_DIM];                                                                          \
+    if (!scores || !qf || !acc || !vbuf || !inv_sums) {                                           \
+        free(scores); free(qf); free(acc); free(vbuf); free(inv_sums);                            \
         return -2;                                                                                \
     }                                                                                             \
     for (int64_t s = seq_begin; s < seq_end; s++) {                                               \
@@ -174,35 +204,57 @@ int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_ta
             const int64_t first_ctx = first_positions[s] + (tile - query_starts[s]) + 1;          \
             const int64_t last_ctx = first_ctx + n - 1;                                           \
             for (int64_t i = 0; i < n * width; i++) qf[i] = LOAD(q[tile * width + i]) * scale;    \
-            for (int64_t t = 0; t < last_ctx; t++) {                                              \
-                LOAD_ROW(rowf, k_cache + (table[t / block_size] * block_size + t % block_size)    \
-                                             * row, row);                                         \
-                for (int64_t i = (t < first_ctx ? 0 : t - first_ctx + 1); i < n; i++)             \
-                    for (int64_t h = 0; h < num_heads; h++)                                       \
-                        scores[(i * num_heads + h) * longest + t] =                               \
-                            dot(qf + i * width + h * head_dim, rowf + (h / group) * head_dim,     \
-                                head_dim);                                                        \
+            /* scores of LANES keys at a time: kf[d] holds dimension d of those keys */           \
+            for (int64_t t0 = 0; t0 < last_ctx; t0 += LANES) {                                    \
+                const T *kb = k_cache + table[t0 / block_size] * row * block_size                 \
+                              + t0 % block_size;                                                  \
+                const int64_t first_i = t0 < first_ctx ? 0 : t0 - first_ctx + 1;                  \
+                for (int64_t kh = 0; kh < num_kv_heads; kh++) {                                   \
+                    for (int64_t d = 0; d < head_dim; d++)                                        \
+                        kf[d] = LOAD_VEC(kb + (kh * head_dim + d) * block_size);                  \
+                    for (int64_t i = first_i; i < n; i++)                                         \
+                        for (int64_t h = kh * group; h < (kh + 1) * group; h++)                   \
+                            *(vfu *)(scores + (i * num_heads + h) * longest + t0) =               \
+                                key_scores(qf + i * width + h * head_dim, kf, head_dim);          \
+                }                                                                                 \
             }                                                                                     \
             for (int64_t i = 0; i < n; i++)                                                       \
                 for (int64_t h = 0; h < num_heads; h++)                                           \
-                    softmax(scores + (i * num_heads + h) * longest, first_ctx + i);               \
+                    inv_sums[i * num_heads + h] = softmax_unnormalized(                           \
+                        scores + (i * num_heads + h) * longest, first_ctx + i);                   \
+            /* acc_ih = sum_t p_iht v_t in token order, LANES tokens of V converted at a time */  \
             memset(acc, 0, sizeof(float) * (size_t)(n * width));                                  \
-            for (int64_t t = 0; t < last_ctx; t++) {                                              \
-                LOAD_ROW(rowf, v_cache + (table[t / block_size] * block_size + t % block_size)    \
-                                             * row, row);                                         \
-                for (int64_t i = (t < first_ctx ? 0 : t - first_ctx + 1); i < n; i++)             \
+            for (int64_t t0 = 0; t0 < last_ctx; t0 += LANES) {                                    \
+                const int64_t count = last_ctx - t0 < LANES ? last_ctx - t0 : LANES;              \
+                for (int64_t j = 0; j < count; j++) {                                             \
+                    const int64_t t = t0 + j;                                                     \
+                    LOAD_ROW(vbuf + j * row,                                                      \
+                             v_cache + (table[t / block_size] * block_size + t % block_size)      \
+                                           * row, row);                                           \
+                }                                                                                 \
+                const int64_t first_i = t0 < first_ctx ? 0 : t0 - first_ctx + 1;                  \
+                for (int64_t i = first_i; i < n; i++) {                                           \
+                    const int64_t visible = first_ctx + i - t0 < count ? first_ctx + i - t0       \
+                                                                       : count;                   \
                     for (int64_t h = 0; h < num_heads; h++)                                       \
-                        axpy(acc + i * width + h * head_dim,                                      \
-                             scores[(i * num_heads + h) * longest + t],                           \
-                             rowf + (h / group) * head_dim, head_dim);                            \
+                        accumulate(acc + i * width + h * head_dim,                                \
+                                   scores + (i * num_heads + h) * longest + t0,                   \
+                                   vbuf + (h / group) * head_dim, visible, row, head_dim);        \
+                }                                                                                 \
             }                                                                                     \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                for (int64_t h = 0; h < num_heads; h++) {                                         \
+                    const float inv = inv_sums[i * num_heads + h];                                \
+                    for (int64_t d = 0; d < head_dim; d++)                                        \
+                        acc[i * width + h * head_dim + d] *= inv;                                 \
+                }                                                                                 \
             for (int64_t i = 0; i < n * width; i++) out[tile * width + i] = STORE(acc[i]);        \
         }                                                                                         \
     }                                                                                             \
-    free(scores); free(qf); free(acc); free(rowf);                                                \
+    free(scores); free(qf); free(acc); free(vbuf); free(inv_sums);                                \
     return 0;                                                                                     \
 }
 
 #define IDENTITY(x) (x)
-DEFINE_KERNEL(paged_attention_f32, float, IDENTITY, IDENTITY, load_row_f32)
-DEFINE_KERNEL(paged_attention_bf16, uint16_t, bf16_to_f32, f32_to_bf16, load_row_bf16)
+DEFINE_KERNEL(paged_attention_f32, float, IDENTITY, IDENTITY, load_row_f32, load_f32)
+DEFINE_KERNEL(paged_attention_bf16, uint16_t, bf16_to_f32, f32_to_bf16, load_row_bf16, load_bf16)

@@ -146,9 +146,7 @@ class LlamaForCausalLM:
             q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
             q = apply_rotary(q.view(num_tokens, num_heads, head_dim), cos, sin)
             k = apply_rotary(k.view(num_tokens, num_kv_heads, head_dim), cos, sin)
-            write_kv(
-                cache_k, cache_v, k, v.view(num_tokens, num_kv_heads, head_dim), meta.slot_mapping
-            )
+            write_kv(cache_k, cache_v, k, v.view(num_tokens, num_kv_heads, head_dim), meta)
             attn = paged_attention(q, cache_k, cache_v, meta, num_kv_heads, self.scale)
             hidden = hidden + self._linear(attn, layer.o_proj)
             x = rms_norm(hidden, layer.post_norm, eps)

@@ -1,0 +1,174 @@
+"""The engine with the real SmolLM2 weights: batching, chunking, preemption and the prefix cache
+must never change what a request generates; nothing leaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.conftest import run_engine
+from titan.engine.config import EngineConfig
+from titan.engine.engine import Engine
+from titan.engine.outputs import FinishReason
+from titan.engine.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+TOPICS = [
+    "the ocean", "machine learning", "a cat named Tom", "the history of Rome",
+    "how to bake bread", "quantum physics", "a trip to Japan", "the moon landing",
+    "photosynthesis", "the stock market", "a haunted house", "football tactics",
+    "ancient Egypt", "climate change", "a robot who learns to love", "volcanoes",
+]  # fmt: skip
+
+
+def chat_prompts(tokenizer) -> dict[str, list[int]]:
+    prompts = {}
+    for index, topic in enumerate(TOPICS):
+        detail = " Make it vivid, with several characters and a twist." * (index % 5) * 3
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Write a short story about {topic}.{detail}"}]
+        )
+        prompts[f"p{index}"] = tokenizer.encode(text)
+    return prompts
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_one_at_a_time_equals_all_at_once_with_chunking_and_preemption(dtype):
+    greedy = SamplingParams(max_tokens=40, temperature=0.0)
+    alone = Engine(EngineConfig(dtype=dtype, enable_prefix_caching=False))
+    prompts = chat_prompts(alone.tokenizer)
+    assert min(map(len, prompts.values())) < 64 < max(map(len, prompts.values()))
+    expected = {}
+    for request_id, prompt in prompts.items():
+        expected |= run_engine(alone, {request_id: prompt}, greedy)
+
+    total_tokens = sum(len(p) + greedy.max_tokens for p in prompts.values())
+    crowded = Engine(
+        EngineConfig(
+            dtype=dtype,
+            max_num_batched_tokens=64,  # long prompts are computed in chunks
+            num_kv_blocks=total_tokens // 16 // 2,  # half of what all need: forces preemption
+            enable_prefix_caching=False,
+        )
+    )
+    together = run_engine(crowded, prompts, greedy)
+    stats = crowded.stats()
+    assert stats.num_preemptions >= 1
+    assert together == expected
+    assert stats.num_free_blocks == stats.num_total_blocks
+
+
+def test_shared_prefix_is_served_from_cache_with_the_same_output(tokenizer):
+    engine = Engine(EngineConfig(dtype="float32"))
+    no_cache = Engine(EngineConfig(dtype="float32", enable_prefix_caching=False))
+    shared = tokenizer.encode("Background. " + "The quick brown fox jumps over the lazy dog. " * 22)
+    shared = shared[:200]
+    first = shared + tokenizer.encode(" Question one: what did the fox do?")
+    second = shared + tokenizer.encode(" Question two: who was lazy?")
+    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+
+    run_engine(engine, {"first": first}, greedy)
+    computed_before = engine.stats().num_computed_prompt_tokens
+    output = run_engine(engine, {"second": second}, greedy)
+    stats = engine.stats()
+    computed_for_second = stats.num_computed_prompt_tokens - computed_before
+
+    assert computed_for_second < len(second) - 150  # >= 192 of the 200 shared tokens hit
+    assert stats.num_cached_prompt_tokens >= 192
+    assert output == run_engine(no_cache, {"second": second}, greedy)
+    assert stats.num_free_blocks == stats.num_total_blocks
+
+
+def test_seeded_sampling_does_not_depend_on_the_rest_of_the_batch(tokenizer):
+    engine = Engine(EngineConfig())
+    prompts = chat_prompts(tokenizer)
+    seeded = SamplingParams(max_tokens=24, temperature=0.9, top_p=0.95, top_k=50, seed=1234)
+    alone = run_engine(engine, {"p3": prompts["p3"]}, seeded)["p3"]
+    for request_id, prompt in prompts.items():
+        if request_id != "p3":
+            engine.add_request(
+                request_id, prompt, SamplingParams(max_tokens=30, temperature=1.0, seed=7)
+            )
+    crowd = run_engine(engine, {"p3-again": prompts["p3"]}, seeded)
+    assert crowd["p3-again"] == alone
+    other_seed = SamplingParams(max_tokens=24, temperature=0.9, top_p=0.95, top_k=50, seed=99)
+    assert run_engine(engine, {"x": prompts["p3"]}, other_seed)["x"] != alone
+
+
+def test_aborts_finishes_and_preemptions_leave_the_pool_fully_free(tokenizer):
+    engine = Engine(EngineConfig(num_kv_blocks=40, max_num_batched_tokens=64))
+    prompts = chat_prompts(tokenizer)
+    for request_id, prompt in prompts.items():
+        engine.add_request(request_id, prompt, SamplingParams(max_tokens=30, temperature=0.7))
+    aborted = []
+    for step in range(10_000):
+        if not engine.has_unfinished:
+            break
+        outputs = engine.step()
+        assert not any(o.request_id in aborted for o in outputs)  # nothing after an abort
+        if step in (3, 9, 20):
+            victim = next(iter(engine.scheduler.requests))
+            final = engine.abort_request(victim)
+            assert final is not None and final.finish_reason == FinishReason.ABORT
+            aborted.append(victim)
+    stats = engine.stats()
+    assert len(aborted) == 3 and stats.num_requests_aborted == 3
+    assert stats.num_preemptions >= 1
+    assert stats.num_free_blocks == stats.num_total_blocks
+    engine.kv.pool.check_invariants()
+
+
+def test_stop_strings_finish_with_stop_and_never_leak(tokenizer):
+    engine = Engine(EngineConfig(dtype="float32"))
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(question))
+    full = "".join(
+        o.text for o in _outputs(engine, prompt, SamplingParams(max_tokens=20, temperature=0))
+    )
+    assert "Paris" in full
+    stop = full[full.index("Paris") - 3 : full.index("Paris") + 3]  # spans several tokens
+    outputs = _outputs(engine, prompt, SamplingParams(max_tokens=20, temperature=0, stop=(stop,)))
+    text = "".join(o.text for o in outputs)
+    assert text == full[: full.index(stop)]
+    assert outputs[-1].finish_reason == FinishReason.STOP
+    assert outputs[-1].stop_reason == stop
+
+
+def test_logprobs_are_consistent_with_greedy_choice(tokenizer):
+    engine = Engine(EngineConfig(dtype="float32"))
+    prompt = tokenizer.encode("The capital of France is")
+    outputs = _outputs(engine, prompt, SamplingParams(max_tokens=5, temperature=0, logprobs=3))
+    entries = [lp for o in outputs for lp in o.logprobs]
+    assert len(entries) == 5
+    for entry in entries:
+        assert len(entry.top) == 3
+        assert entry.top[0].token_id == entry.token_id
+        assert entry.logprob == pytest.approx(entry.top[0].logprob)
+        assert entry.top[0].logprob >= entry.top[1].logprob >= entry.top[2].logprob
+        assert entry.logprob <= 0
+        assert entry.token_bytes.decode("utf-8", errors="replace") == entry.token
+
+
+def test_min_tokens_and_ignore_eos(tokenizer):
+    engine = Engine(EngineConfig(dtype="float32"))
+    prompt = tokenizer.encode(
+        tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}])
+    )
+    short = _outputs(engine, prompt, SamplingParams(max_tokens=200, temperature=0))
+    num_natural = short[-1].num_output_tokens
+    assert short[-1].finish_reason == FinishReason.STOP and num_natural < 60
+    longer = _outputs(
+        engine, prompt, SamplingParams(max_tokens=200, min_tokens=num_natural + 5, temperature=0)
+    )
+    assert longer[-1].num_output_tokens >= num_natural + 5
+    exact = _outputs(engine, prompt, SamplingParams(max_tokens=70, ignore_eos=True, temperature=0))
+    assert exact[-1].num_output_tokens == 70
+    assert exact[-1].finish_reason == FinishReason.LENGTH
+
+
+def _outputs(engine, prompt, params):
+    engine.add_request("one", prompt, params)
+    outputs = []
+    while engine.has_unfinished:
+        outputs.extend(engine.step())
+    return outputs

@@ -1,0 +1,1 @@
+"""Benchmarks: Titan's engine against baselines measured in the same run (``titan bench``)."""
