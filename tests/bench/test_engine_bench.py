@@ -111,4 +111,7 @@ def test_quick_benchmark_measures_every_system_and_keeps_other_sections(tmp_path
     assert 0 < hol["median_gap_s"] <= hol["worst_gap_s"]
     assert hol["long_prompt_ttft_s"] > 0
     assert {t["passed"] for t in results["targets"]} <= {True, False}
-    assert len(results["targets"]) == 4
+    assert len(results["targets"]) == 5
+    load = results["server_load"]
+    assert load["under_load"]["num_probes"] > 0 and load["idle"]["num_probes"] == 10
+    assert 0 < load["under_load"]["p50_ms"] <= load["under_load"]["max_ms"]

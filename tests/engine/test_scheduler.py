@@ -299,6 +299,14 @@ def test_cost_model_sizes_chunks_to_bound_the_decode_slowdown():
         assert extra <= decode_time < extra_one_more  # the longest chunk that fits
     # Later chunks of a long prompt attend to more keys, so they are shorter.
     assert model.max_prefill_tokens(5000, 3, 300, 2.0) < model.max_prefill_tokens(0, 3, 300, 2.0)
+    # Mixed steps that run 50% over their prediction shrink the next chunks; never below 0.
+    planned = model.max_prefill_tokens(0, 3, 300, 2.0)
+    for _ in range(8):
+        model.observe(10, 400, 1.5 * model.predict(10, 400), is_mixed=True)
+    assert model.mixed_step_bias == pytest.approx(1.5, rel=0.01)
+    assert model.max_prefill_tokens(0, 3, 300, 2.0) < planned
+    assert model.max_prefill_tokens(0, 3, 300, 1.2) == 0
+    model.mixed_step_bias = 1.0
 
     s = make_scheduler(budget=512, cost_model=model, max_decode_slowdown=2.0, chunk_cap=7)
     decoders = [make_request(f"d{i}", 4, max_tokens=50) for i in range(3)]

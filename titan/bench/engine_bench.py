@@ -13,12 +13,13 @@ import gc
 import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from titan.bench import hf_baseline, titan_runs
+from titan.bench.server_load import ServerLoadSettings, run_server_load
 from titan.bench.workload import (
     BenchRequest,
     StreamRun,
@@ -53,6 +54,7 @@ class BenchSettings:
     hol_long_prompt_tokens: int = 2000
     hol_long_max_tokens: int = 8
     warmup_max_tokens: int = 8
+    server_load: ServerLoadSettings = field(default_factory=ServerLoadSettings)
     kv_cache_bytes: int | None = None  # None: the engine's default
     is_quick: bool = False
 
@@ -74,6 +76,9 @@ class BenchSettings:
             hol_long_prompt_tokens=200,
             hol_long_max_tokens=4,
             warmup_max_tokens=4,
+            server_load=ServerLoadSettings(
+                num_streams=4, prompt_words=20, max_tokens=8, num_idle_probes=10
+            ),
             kv_cache_bytes=_QUICK_KV_CACHE_BYTES,
             is_quick=True,
         )
@@ -121,6 +126,11 @@ def run_engine_bench(
 
     titan = _run_titan(settings, engine_config, progress)
     hf = _run_hf(settings, titan, engine_config.resolved_num_threads(), progress)
+    num_streams = settings.server_load.num_streams
+    progress(f"titan serve: /health while {num_streams} streams keep the engine busy")
+    server_load = run_server_load(
+        _dtype_name(titan.dtype), engine_config.resolved_num_threads(), settings.server_load
+    )
     return {
         "meta": _meta(
             settings,
@@ -141,7 +151,8 @@ def run_engine_bench(
             "hf": _stream_result(hf.single_stream),
         },
         "head_of_line": titan.head_of_line,
-        "targets": _targets(titan, hf, settings.batch_size),
+        "server_load": server_load,
+        "targets": _targets(titan, hf, settings.batch_size, server_load),
     }
 
 
@@ -276,18 +287,23 @@ def _workload_summary(requests: Sequence[BenchRequest]) -> dict[str, Any]:
     }
 
 
-def _target(name: str, value: float, target: float, is_minimum: bool) -> dict[str, Any]:
+def _target(
+    name: str, value: float, target: float, is_minimum: bool, unit: str = "×"
+) -> dict[str, Any]:
     passed = value >= target if is_minimum else value <= target
     return {
         "name": name,
         "value": value,
         "target": target,
+        "unit": unit,
         "comparison": ">=" if is_minimum else "<=",
         "passed": passed,
     }
 
 
-def _targets(titan: _TitanPhase, hf: _HFPhase, batch_size: int) -> list[dict[str, Any]]:
+def _targets(
+    titan: _TitanPhase, hf: _HFPhase, batch_size: int, server_load: dict[str, Any]
+) -> list[dict[str, Any]]:
     titan_tokens_per_s = titan.workload.tokens_per_s
     return [
         _target(
@@ -313,6 +329,13 @@ def _targets(titan: _TitanPhase, hf: _HFPhase, batch_size: int) -> list[dict[str
             titan.head_of_line["worst_over_median"],
             3.0,
             is_minimum=False,
+        ),
+        _target(
+            "/health p99 (ms) while the engine is saturated",
+            server_load["under_load"]["p99_ms"],
+            50.0,
+            is_minimum=False,
+            unit=" ms",
         ),
     ]
 

@@ -117,7 +117,11 @@ def _verdict(target: dict[str, Any]) -> str:
 
 def _target_text(target: dict[str, Any]) -> str:
     sign = "≥" if target["comparison"] == ">=" else "≤"
-    return f"{sign} {target['target']:g}×"
+    return f"{sign} {target['target']:g}{target['unit']}"
+
+
+def _measured_text(target: dict[str, Any]) -> str:
+    return f"{target['value']:.2f}{target['unit']}"
 
 
 def _system_label(name: str, batch_size: int) -> str:
@@ -162,7 +166,7 @@ def _stream_rows(results: dict[str, Any]) -> list[list[str]]:
 
 def _target_rows(results: dict[str, Any]) -> list[list[str]]:
     return [
-        [t["name"], _ratio(t["value"]), _target_text(t), _verdict(t)] for t in results["targets"]
+        [t["name"], _measured_text(t), _target_text(t), _verdict(t)] for t in results["targets"]
     ]
 
 
@@ -246,11 +250,28 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"worst / median **{_ratio(hol['worst_over_median'])}**. The long prompt's TTFT: "
         f"{hol['long_prompt_ttft_s']:.2f} s ({hol['num_steps_to_first_token']} engine steps).",
         "",
+        "### HTTP responsiveness under full load",
+        "",
+        _server_load_text(results["server_load"]),
+        "",
     ]
     if json_name:
         lines += [f"Raw numbers: `{json_name}`.", ""]
     lines.append(SECTION_END)
     return "\n".join(lines) + "\n"
+
+
+def _server_load_text(load: dict[str, Any]) -> str:
+    idle, busy = load["idle"], load["under_load"]
+    return (
+        f"`titan serve` in a subprocess; {load['num_streams']} streaming chat requests "
+        f"(max_tokens {load['max_tokens']}, ignore_eos) keep every engine slot busy for "
+        f"{load['load_s']:.1f} s while `GET /health` is probed every 20 ms from another thread. "
+        f"Idle server (baseline): p50 {idle['p50_ms']:.1f} ms, p99 {idle['p99_ms']:.1f} ms over "
+        f"{idle['num_probes']} probes. Under load: p50 {busy['p50_ms']:.1f} ms, p99 "
+        f"**{busy['p99_ms']:.1f} ms**, max {busy['max_ms']:.1f} ms over {busy['num_probes']} "
+        "probes."
+    )
 
 
 def print_console(results: dict[str, Any], console: Console) -> None:
@@ -282,6 +303,8 @@ def print_console(results: dict[str, Any], console: Console) -> None:
         f"prefill {hol['worst_gap_s'] * 1000:.1f} ms; long prompt TTFT "
         f"{hol['long_prompt_ttft_s']:.2f} s"
     )
+
+    console.print(_server_load_text(results["server_load"]).replace("`", "").replace("**", ""))
 
     targets = Table(title="Targets")
     for column in _TARGET_HEADER:

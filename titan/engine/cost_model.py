@@ -3,7 +3,10 @@
 A step costs about ``a + b * tokens + c * attention_pairs`` seconds: a fixed part (weights read
 once per step, Python), a part per token (the matmuls) and a part per (query, key) pair (the
 attention over the cache). The three numbers are fitted by least squares to a window of recent
-steps, so they follow the machine, the model and its load. Pure Python, no torch.
+steps, so they follow the machine, the model and its load. Decode-only steps dominate that window
+and a prefill chunk's tokens do not cost quite what decode tokens cost, so mixed steps (decodes
+and a chunk) also keep a running ratio of actual to predicted time, which corrects the next
+chunk's size: consecutive chunks of one prompt cost alike. Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 from collections import deque
 
 _REFIT_EVERY = 16
+_BIAS_WEIGHT = 0.5  # of the newest mixed step in the running actual/predicted ratio
 
 
 def attention_pairs(start: int, num_tokens: int) -> int:
@@ -25,8 +29,16 @@ class StepCostModel:
         self._min_samples = min_samples
         self._since_fit = 0
         self.coefficients: tuple[float, float, float] | None = None
+        self.mixed_step_bias = 1.0  # actual / predicted time of recent mixed steps
 
-    def observe(self, num_tokens: int, num_pairs: int, seconds: float) -> None:
+    def observe(
+        self, num_tokens: int, num_pairs: int, seconds: float, is_mixed: bool = False
+    ) -> None:
+        """Record a step; ``is_mixed``: it ran decodes and a prefill chunk together."""
+        predicted = self.predict(num_tokens, num_pairs)
+        if is_mixed and predicted:
+            ratio = seconds / predicted
+            self.mixed_step_bias += _BIAS_WEIGHT * (ratio - self.mixed_step_bias)
         self._samples.append((float(num_tokens), float(num_pairs), seconds))
         self._since_fit += 1
         if len(self._samples) >= self._min_samples and self._since_fit >= _REFIT_EVERY:
@@ -47,7 +59,10 @@ class StepCostModel:
         if decode_time is None or self.coefficients is None:
             return None
         _, per_token, per_pair = self.coefficients
-        budget = (max_slowdown - 1.0) * decode_time
+        # The mixed step's predicted time, corrected by the recent bias, within the bound.
+        budget = max_slowdown * decode_time / self.mixed_step_bias - decode_time
+        if budget <= 0:
+            return 0
         # per_token * n + per_pair * (n * start + n^2 / 2 + n / 2) <= budget, solved for n.
         quadratic = per_pair / 2
         linear = per_token + per_pair * (start + 0.5)

@@ -244,10 +244,12 @@ class Engine:
                 rows[item.request.request_id] = state.row
         started = time.perf_counter()
         sampled = self.runner.execute(schedule.scheduled, rows)
+        num_chunks = sum(s.num_new_tokens > 1 for s in schedule.scheduled)
         self.cost_model.observe(
             schedule.num_batched_tokens,
             sum(attention_pairs(s.start, s.num_new_tokens) for s in schedule.scheduled),
             time.perf_counter() - started,
+            is_mixed=0 < num_chunks < len(schedule.scheduled),
         )
         self._stats.num_steps += 1
         for item in schedule.scheduled:

@@ -161,6 +161,13 @@ static inline vf key_scores(const float *q, const vf *kf, int64_t head_dim) {
     return (a0 + a1) + (a2 + a3);
 }
 
+/* Ask for the next cache block while this one is computed: blocks are scattered in memory, so
+ * the hardware prefetchers cannot guess them. */
+static inline void prefetch_block(const void *start, int64_t bytes) {
+    const char *p = (const char *)start;
+    for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(p + offset, 0, 1);
+}
+
 static inline void load_row_f32(float *dst, const float *src, int64_t n) {
     memcpy(dst, src, sizeof(float) * (size_t)n);
 }
@@ -209,6 +216,9 @@ int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_ta
                 const T *kb = k_cache + table[t0 / block_size] * row * block_size                 \
                               + t0 % block_size;                                                  \
                 const int64_t first_i = t0 < first_ctx ? 0 : t0 - first_ctx + 1;                  \
+                if (t0 % block_size == 0 && t0 + block_size < last_ctx)                           \
+                    prefetch_block(k_cache + table[t0 / block_size + 1] * row * block_size,       \
+                                   row * block_size * (int64_t)sizeof(T));                        \
                 for (int64_t kh = 0; kh < num_kv_heads; kh++) {                                   \
                     for (int64_t d = 0; d < head_dim; d++)                                        \
                         kf[d] = LOAD_VEC(kb + (kh * head_dim + d) * block_size);                  \
@@ -226,6 +236,9 @@ int NAME(const T *q, const T *k_cache, const T *v_cache, const int64_t *block_ta
             memset(acc, 0, sizeof(float) * (size_t)(n * width));                                  \
             for (int64_t t0 = 0; t0 < last_ctx; t0 += LANES) {                                    \
                 const int64_t count = last_ctx - t0 < LANES ? last_ctx - t0 : LANES;              \
+                if (t0 % block_size == 0 && t0 + block_size < last_ctx)                           \
+                    prefetch_block(v_cache + table[t0 / block_size + 1] * row * block_size,       \
+                                   row * block_size * (int64_t)sizeof(T));                        \
                 for (int64_t j = 0; j < count; j++) {                                             \
                     const int64_t t = t0 + j;                                                     \
                     LOAD_ROW(vbuf + j * row,                                                      \

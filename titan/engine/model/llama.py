@@ -28,9 +28,10 @@ class LayerWeights:
     down: torch.Tensor
 
 
-# CPU BLAS takes another code path for very small matrices (MKL's float32 GEMM below ~7 rows),
-# whose rounding differs. Padding small batches to this many rows keeps each row's result
-# independent of how many other rows share the step.
+# MKL's float32 GEMM takes another code path below ~7 rows, whose rounding differs. Padding
+# small float32 batches to this many rows keeps each row's result independent of how many other
+# rows share the step. (oneDNN's bfloat16 GEMM gave identical rows for every row count measured,
+# 1 to 600, so bfloat16 batches are not padded: a single stream would pay for 8 rows.)
 MIN_GEMM_ROWS = 8
 # Logits of this many top candidates are recomputed in float32 (see compute_logits).
 REFINED_LOGITS = 32
@@ -93,7 +94,7 @@ class LlamaForCausalLM:
         else:
             self.lm_head = take("lm_head.weight")
         self.rotary = RotaryEmbedding(config, max_positions, device, dtype)
-        self._pads_small_batches = device.type == "cpu"
+        self._pads_small_batches = device.type == "cpu" and dtype == torch.float32
 
     def _linear(
         self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None

@@ -1,0 +1,142 @@
+"""The layout rules of DESIGN.md section 5 (as amended in docs/ARCHITECTURE.md), the module size
+limit and the exact public API."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "titan"
+MAX_LINES = 500
+
+# Modules anyone may import: the exception tree and the settings.
+SHARED = {"titan.errors", "titan.config"}
+
+# package -> the titan packages it may import (besides itself and SHARED)
+ALLOWED = {
+    "titan.engine": set(),
+    "titan.protocol": set(),
+    "titan.observability": set(),
+    "titan.api": {"titan.service", "titan.protocol", "titan.observability"},
+    "titan.service": {"titan.backends", "titan.protocol", "titan.observability"},
+    "titan.backends": {"titan.protocol", "titan.observability"},
+    "titan.bench": {"titan.bench"},
+    "titan.cli": {"titan.api", "titan.bench", "titan.service", "titan.observability"},
+}
+# Only these modules may import the engine (the embedded backend and the engine benchmark).
+ENGINE_IMPORTERS = ("titan.backends.embedded", "titan.backends.embedded_convert", "titan.bench")
+# Nothing imports api or cli, but the entry points and the lazy facade.
+TOP_LEVEL_IMPORTERS = {"titan", "titan.__main__", "titan.cli"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def titan_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name == "titan" or name.startswith("titan.")}
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def rule_violation(module: str, imported: str) -> str | None:
+    package, target = package_of(module), package_of(imported)
+    if imported in SHARED or target == package:
+        return None
+    if target == "titan.engine":
+        ok = module.startswith(ENGINE_IMPORTERS)
+        return None if ok else "only the embedded backend (and the engine bench) may"
+    if target in ("titan.api", "titan.cli"):
+        return None if package in TOP_LEVEL_IMPORTERS else "nothing imports api or cli"
+    if package in ("titan", "titan.__main__"):
+        return None
+    return None if target in ALLOWED.get(package, set()) else "outside its allowed packages"
+
+
+def test_import_rules():
+    violations = [
+        f"{module_name(path)} imports {imported}: {why}"
+        for path in modules()
+        for imported in titan_imports(path)
+        if (why := rule_violation(module_name(path), imported))
+    ]
+    assert not violations, "\n".join(violations)
+
+
+def test_engine_imports_nothing_from_titan_but_errors():
+    for path in (PACKAGE / "engine").rglob("*.py"):
+        outside = {i for i in titan_imports(path) if not i.startswith("titan.engine")}
+        assert outside <= {"titan.errors"}, f"{module_name(path)} imports {outside}"
+
+
+def test_the_rules_catch_violations(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from titan.api.app import create_app\nimport titan.engine.engine\n")
+    assert titan_imports(bad) == {"titan.api.app", "titan.engine.engine"}
+    assert rule_violation("titan.service.pipeline", "titan.engine.engine")
+    assert rule_violation("titan.backends.base", "titan.api.app")
+    assert rule_violation("titan.api.app", "titan.backends.embedded")
+    assert rule_violation("titan.protocol.chat", "titan.service")
+    assert rule_violation("titan.backends.embedded", "titan.engine.engine") is None
+    assert rule_violation("titan.api.app", "titan.errors") is None
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_size(path):
+    num_lines = len(path.read_text().splitlines())
+    assert num_lines <= MAX_LINES, f"{path} has {num_lines} lines; split it by concept"
+
+
+def test_exact_public_api():
+    import titan
+
+    assert sorted(titan.__all__) == [
+        "AsyncEngine",
+        "EngineConfig",
+        "SamplingParams",
+        "TitanConfig",
+        "__version__",
+        "create_app",
+    ]
+    for name in titan.__all__:
+        assert getattr(titan, name) is not None
+    with pytest.raises(AttributeError):
+        _ = titan.not_a_public_name
+
+
+def test_import_has_no_heavy_side_effects():
+    code = (
+        "import sys, titan, titan.cli.main, titan.config;"
+        "heavy = {'torch', 'transformers', 'uvicorn'} & set(sys.modules);"
+        "print(','.join(sorted(heavy)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == ""
+
+
+def test_no_pickle_or_unsafe_yaml():
+    for path in modules():
+        text = path.read_text()
+        assert "import pickle" not in text and "yaml.load(" not in text, path
