@@ -146,7 +146,11 @@ class FakeEngine:
         self.running.discard(request_id)
 
     def stats(self) -> EngineStats:
-        return EngineStats(num_running=len(self.running))
+        return EngineStats(num_running=len(self.running), num_requests_aborted=len(self.aborted))
+
+    @property
+    def num_active_streams(self) -> int:
+        return len(self.running)
 
     async def shutdown(self) -> None:
         self.is_shut_down = True

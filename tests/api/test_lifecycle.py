@@ -32,12 +32,16 @@ async def test_health_at_once_ready_after_the_model_loaded() -> None:
         assert chat.status_code == 503
         assert chat.json()["error"]["type"] == "service_unavailable"
         assert (await client.get("/v1/models")).json() == {"object": "list", "data": []}
+        assert (await client.get("/stats")).json() == {"models": {}}
 
         assert engine.start_gate is not None
         engine.start_gate.set()
         await app.state.titan.start_task
         ready = await client.get("/ready")
         assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+        stats = (await client.get("/stats")).json()["models"]["fake-model"]
+        assert stats["num_running"] == 0 and stats["num_active_streams"] == 0
+        assert "kv_cache_usage" in stats
         assert (await client.get("/health")).status_code == 200
     assert engine.is_shut_down  # the lifespan's exit shut the engine down
 

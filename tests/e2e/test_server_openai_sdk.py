@@ -248,7 +248,33 @@ def test_disconnecting_stream_leaves_the_server_healthy(
         lines = response.iter_lines()
         received = [line for line, _ in zip(lines, range(6), strict=False) if line]
         assert received[0].startswith("data: {")
-    # The client hung up mid-stream; the server goes on serving.
+    # The client hung up mid-stream: the engine aborts the request and frees its blocks.
+    stats = wait_for_idle_engine(server, model)
+    assert stats["num_requests_aborted"] >= 1
+    assert stats["num_free_blocks"] == stats["num_total_blocks"]
     after = client.chat.completions.create(model=model, messages=USER, max_tokens=4)
     assert after.choices[0].message.content is not None
     assert httpx.get(f"{server}/ready").status_code == 200
+
+
+def test_disconnecting_before_a_json_answer_aborts_the_engine_request(
+    server: str, model: str
+) -> None:
+    before = httpx.get(f"{server}/stats").json()["models"][model]["num_requests_aborted"]
+    body = {"model": model, "messages": USER, "max_tokens": 200, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/v1/chat/completions", json=body, timeout=1.0)
+    stats = wait_for_idle_engine(server, model)
+    assert stats["num_requests_aborted"] == before + 1
+    assert stats["num_free_blocks"] == stats["num_total_blocks"]
+
+
+def wait_for_idle_engine(server: str, model: str, timeout_s: float = 30.0) -> dict:
+    """The engine's counters once nothing runs or waits (fails after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = httpx.get(f"{server}/stats").json()["models"][model]
+        if stats["num_running"] == stats["num_waiting"] == stats["num_active_streams"] == 0:
+            return stats
+        assert time.monotonic() < deadline, f"the engine is still busy: {stats}"
+        time.sleep(0.1)

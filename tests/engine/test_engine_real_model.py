@@ -172,3 +172,45 @@ def _outputs(engine, prompt, params):
     while engine.has_unfinished:
         outputs.extend(engine.step())
     return outputs
+
+
+def test_hf_directory_serves_like_the_gguf_file(hf_dir, tokenizer):
+    prompt = tokenizer.encode("The three primary colors are")
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    from_gguf = Engine(EngineConfig(dtype="float32"))
+    from_dir = Engine(EngineConfig(model=str(hf_dir), dtype="float32"))
+    assert from_gguf.model_name == "SmolLM2-135M-Instruct"
+    assert from_dir.model_name == hf_dir.name
+    assert run_engine(from_dir, {"a": prompt}, greedy) == run_engine(
+        from_gguf, {"a": prompt}, greedy
+    )
+
+
+def test_bad_model_paths_are_clear_errors(tmp_path):
+    from titan.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match=r"neither a \.gguf file nor an HF directory"):
+        Engine(EngineConfig(model=str(tmp_path / "missing")))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelLoadError, match=r"missing tokenizer\.json"):
+        Engine(EngineConfig(model=str(tmp_path)))
+    fake = tmp_path / "broken.gguf"
+    fake.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ModelLoadError, match="not a readable GGUF file"):
+        Engine(EngineConfig(model=str(fake), cache_dir=str(tmp_path / "cache")))
+
+
+def test_requests_that_cannot_fit_are_refused_with_both_counts(tokenizer):
+    from titan.errors import ContextLengthExceededError, InvalidRequestError
+
+    engine = Engine(EngineConfig(max_model_len=64, num_kv_blocks=3))
+    prompt = tokenizer.encode("word " * 70)
+    with pytest.raises(ContextLengthExceededError, match=r"64 tokens.*\d+ in the prompt"):
+        engine.add_request("long", prompt, SamplingParams(max_tokens=1))
+    with pytest.raises(ContextLengthExceededError, match="cache holds 48"):
+        engine.add_request("big", prompt[:40], SamplingParams(max_tokens=20))
+    with pytest.raises(InvalidRequestError, match="empty"):
+        engine.add_request("empty", [], SamplingParams())
+    with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
+        engine.add_request("oov", [10**6], SamplingParams())
+    assert not engine.has_unfinished

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from titan.protocol import (
     ChatCompletion,
@@ -40,6 +40,10 @@ class Backend(Protocol):
     async def shutdown(self) -> None: ...
 
     def model_card(self, model_id: str) -> ModelCard: ...
+
+    def stats(self) -> dict[str, Any]:
+        """Operational counters (JSON-ready): requests, tokens, KV cache use."""
+        ...
 
     async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion: ...
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
@@ -138,6 +138,15 @@ class EmbeddedBackend:
             root=self._config.model or engine.model_name,
             max_model_len=engine.max_model_len,
         )
+
+    def stats(self) -> dict[str, Any]:
+        engine = self._running_engine()
+        stats = engine.stats()
+        return {
+            **{k: v for k, v in asdict(stats).items() if k != "extra"},
+            "kv_cache_usage": stats.kv_cache_usage,
+            "num_active_streams": engine.num_active_streams,
+        }
 
     def _running_engine(self) -> Any:
         engine = self._engine

@@ -151,6 +151,7 @@ def run_engine_bench(
             "hf": _stream_result(hf.single_stream),
         },
         "head_of_line": titan.head_of_line,
+        "titan_other_dtype": titan.other_dtype,
         "server_load": server_load,
         "targets": _targets(titan, hf, settings.batch_size, server_load),
     }
@@ -167,6 +168,7 @@ class _TitanPhase:
     engine_stats: dict[str, Any]
     single_stream: StreamRun
     head_of_line: dict[str, Any]
+    other_dtype: dict[str, Any] | None  # the workload again in float32, when auto chose bf16
 
 
 @dataclass
@@ -212,8 +214,19 @@ def _run_titan(
     )
     head_of_line = titan_runs.run_head_of_line(engine, settings, random.Random(settings.seed + 3))
     source = resolve_model(engine_config.model, engine_config.resolved_cache_dir() / "models")
+    dtype = engine.dtype
+    other_dtype = None
+    if settings.dtype == "auto" and _dtype_name(dtype) != "float32":
+        # The evidence for auto's choice: the same workload in float32, same run.
+        del engine
+        gc.collect()
+        progress("Titan: the same workload in float32 (the dtype auto did not choose)")
+        fp32 = Engine(replace(engine_config, dtype="float32"))
+        titan_runs.warm_up(fp32, settings, random.Random(settings.seed + 2))
+        other_dtype = _workload_result(titan_runs.run_workload(fp32, requests))
+        other_dtype["dtype"] = "float32"
     return _TitanPhase(
-        dtype=engine.dtype,
+        dtype=dtype,
         hf_dir=source.hf_dir,
         pad_token_id=tokenizer.eos_token_ids[0],
         requests=requests,
@@ -222,6 +235,7 @@ def _run_titan(
         engine_stats=engine_stats,
         single_stream=single_stream,
         head_of_line=head_of_line,
+        other_dtype=other_dtype,
     )
 
 

@@ -250,6 +250,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"worst / median **{_ratio(hol['worst_over_median'])}**. The long prompt's TTFT: "
         f"{hol['long_prompt_ttft_s']:.2f} s ({hol['num_steps_to_first_token']} engine steps).",
         "",
+        *_dtype_lines(results),
         "### HTTP responsiveness under full load",
         "",
         _server_load_text(results["server_load"]),
@@ -259,6 +260,22 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         lines += [f"Raw numbers: `{json_name}`.", ""]
     lines.append(SECTION_END)
     return "\n".join(lines) + "\n"
+
+
+def _dtype_lines(results: dict[str, Any]) -> list[str]:
+    other = results.get("titan_other_dtype")
+    if not other:
+        return []
+    chosen = results["systems"]["titan"]
+    return [
+        "### dtype",
+        "",
+        f"`--dtype auto` chose {results['meta']['dtype']}: {chosen['tokens_per_s']:.1f} tokens/s "
+        f"on the workload above, against {other['tokens_per_s']:.1f} in {other['dtype']} "
+        f"({chosen['tokens_per_s'] / other['tokens_per_s']:.2f}×; TTFT p50 "
+        f"{chosen['ttft_p50_s']:.2f} s against {other['ttft_p50_s']:.2f} s).",
+        "",
+    ]
 
 
 def _server_load_text(load: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from titan.backends import Backend, EmbeddedBackend
 from titan.config import TitanConfig
@@ -61,6 +62,15 @@ class Pipeline:
                 for model_id in backend.model_ids
             ]
         )
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Each ready model's operational counters, by model id."""
+        return {
+            model_id: backend.stats()
+            for backend in self._backends
+            if backend.is_ready
+            for model_id in backend.model_ids
+        }
 
     def get_model(self, model_id: str) -> ModelCard:
         return self._backend_for(model_id).model_card(model_id)

@@ -11,6 +11,7 @@ def all_routes() -> list[BaseRoute]:
     return [
         Route("/health", health.health, methods=["GET"]),
         Route("/ready", health.ready, methods=["GET"]),
+        Route("/stats", health.stats, methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         # Model ids may contain slashes ("HuggingFaceTB/SmolLM2-135M-Instruct").
         Route("/v1/models/{model:path}", models.retrieve_model, methods=["GET"]),

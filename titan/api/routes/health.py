@@ -1,11 +1,12 @@
-"""GET /health (the process is alive) and GET /ready (the models are loaded and warmed)."""
+"""GET /health (the process is alive), GET /ready (the models are loaded and warmed) and
+GET /stats (each model's engine counters: requests, tokens, KV cache use)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from titan.api.state import app_state
+from titan.api.state import app_state, pipeline_of
 
 
 async def health(request: Request) -> Response:
@@ -20,3 +21,7 @@ async def ready(request: Request) -> Response:
     if not state.pipeline.is_ready:
         return JSONResponse({"status": "loading"}, status_code=503)
     return JSONResponse({"status": "ready"})
+
+
+async def stats(request: Request) -> Response:
+    return JSONResponse({"models": pipeline_of(request).stats()})

@@ -28,10 +28,10 @@ class LayerWeights:
     down: torch.Tensor
 
 
-# MKL's float32 GEMM takes another code path below ~7 rows, whose rounding differs. Padding
-# small float32 batches to this many rows keeps each row's result independent of how many other
-# rows share the step. (oneDNN's bfloat16 GEMM gave identical rows for every row count measured,
-# 1 to 600, so bfloat16 batches are not padded: a single stream would pay for 8 rows.)
+# CPU GEMMs take other code paths for very few rows (MKL's float32 GEMM below ~7), whose
+# rounding differs. Padding small batches to this many rows keeps each row's result independent
+# of how many other rows share the step. (bfloat16 looked row-invariant in isolated matmuls, but
+# the model's outputs were not without the padding: it stays on for every CPU dtype.)
 MIN_GEMM_ROWS = 8
 # Logits of this many top candidates are recomputed in float32 (see compute_logits).
 REFINED_LOGITS = 32
@@ -94,7 +94,7 @@ class LlamaForCausalLM:
         else:
             self.lm_head = take("lm_head.weight")
         self.rotary = RotaryEmbedding(config, max_positions, device, dtype)
-        self._pads_small_batches = device.type == "cpu" and dtype == torch.float32
+        self._pads_small_batches = device.type == "cpu"
 
     def _linear(
         self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
@@ -167,5 +167,6 @@ class LlamaForCausalLM:
             return logits
         top = logits.topk(min(REFINED_LOGITS, logits.shape[-1]), dim=-1).indices
         candidates = self.lm_head[top].float()  # [N, k, hidden]
-        exact = torch.bmm(candidates, hidden.float().unsqueeze(-1)).squeeze(-1)
+        # A plain row-wise sum, not bmm: its result must not depend on how many rows there are.
+        exact = (candidates * hidden.float().unsqueeze(1)).sum(-1)
         return logits.scatter_(1, top, exact)
