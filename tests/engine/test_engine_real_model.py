@@ -203,12 +203,14 @@ def test_bad_model_paths_are_clear_errors(tmp_path):
 def test_requests_that_cannot_fit_are_refused_with_both_counts(tokenizer):
     from titan.errors import ContextLengthExceededError, InvalidRequestError
 
-    engine = Engine(EngineConfig(max_model_len=64, num_kv_blocks=3))
+    engine = Engine(EngineConfig(max_model_len=64))
     prompt = tokenizer.encode("word " * 70)
     with pytest.raises(ContextLengthExceededError, match=r"64 tokens.*\d+ in the prompt"):
         engine.add_request("long", prompt, SamplingParams(max_tokens=1))
-    with pytest.raises(ContextLengthExceededError, match="cache holds 48"):
-        engine.add_request("big", prompt[:40], SamplingParams(max_tokens=20))
+    with pytest.raises(ContextLengthExceededError, match=r"requested 70 tokens \(40 in"):
+        engine.add_request("big", prompt[:40], SamplingParams(max_tokens=30))
+    # A cache smaller than the context window shrinks the window: every request can run.
+    assert Engine(EngineConfig(num_kv_blocks=3)).max_model_len == 48
     with pytest.raises(InvalidRequestError, match="empty"):
         engine.add_request("empty", [], SamplingParams())
     with pytest.raises(InvalidRequestError, match="outside the vocabulary"):

@@ -318,3 +318,16 @@ def test_cost_model_sizes_chunks_to_bound_the_decode_slowdown():
     by_id = {x.request.request_id: x.num_new_tokens for x in out.scheduled}
     expected = model.max_prefill_tokens(0, 3, sum(r.num_tokens for r in decoders), 2.0)
     assert by_id["long"] == expected != 7  # the fitted limit replaces the static one
+
+
+def test_identical_prompts_in_one_step_share_blocks():
+    """n > 1: the copies of a prompt admitted together reuse the first copy's full blocks."""
+    s = make_scheduler(block_size=4, budget=64)
+    copies = [make_request(f"n{i}", 10) for i in range(3)]
+    for request in copies:
+        s.add_request(request)
+    out = s.schedule()
+    assert [(x.start, x.num_new_tokens) for x in out.scheduled] == [(0, 10), (8, 2), (8, 2)]
+    shared = copies[0].block_ids[:2]
+    assert copies[1].block_ids[:2] == shared == copies[2].block_ids[:2]
+    assert s.kv.num_total_blocks - s.kv.num_free_blocks == 3 + 1 + 1

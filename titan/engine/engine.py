@@ -92,6 +92,16 @@ class Engine:
             dtype=self.dtype,
         )
         num_blocks = config.num_kv_blocks or max(2, config.kv_cache_bytes // spec.bytes_per_block)
+        if num_blocks * config.block_size < self.max_model_len:
+            # A sequence longer than the whole cache could never run: the window shrinks to fit.
+            log.warning(
+                "the KV cache holds %d tokens, fewer than the context window (%d): serving a "
+                "%d-token window; raise --kv-cache-memory to serve the full one",
+                num_blocks * config.block_size,
+                self.max_model_len,
+                num_blocks * config.block_size,
+            )
+            self.max_model_len = num_blocks * config.block_size
         self.runner = ModelRunner(
             model,
             spec,
@@ -153,10 +163,6 @@ class Engine:
             return None
         return kernel
 
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self.kv.num_total_blocks * self.kv.block_size
-
     def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         num_prompt = len(prompt_token_ids)
         if num_prompt == 0:
@@ -175,14 +181,6 @@ class Engine:
                 f"you requested {total} tokens ({num_prompt} in the prompt, {params.max_tokens} "
                 f"for the completion). Please reduce the prompt or max_tokens.",
                 param="messages",
-            )
-        if not self.kv.can_fit(total):
-            raise ContextLengthExceededError(
-                f"The request needs {total} tokens of KV cache ({num_prompt} in the prompt, "
-                f"{params.max_tokens} for the completion) but the cache holds "
-                f"{self.kv_capacity_tokens}. Reduce max_tokens or start Titan with a larger "
-                f"--kv-cache-memory.",
-                param="max_tokens",
             )
 
     def add_request(

@@ -58,10 +58,6 @@ class KVCacheManager:
             block_ids.append(block_id)
         return block_ids
 
-    def can_fit(self, num_tokens: int) -> bool:
-        """Whether a sequence of ``num_tokens`` fits the whole cache at all (admission check)."""
-        return self.blocks_for(num_tokens) <= self.pool.num_blocks
-
     def allocate_slots(
         self, request: Request, num_new_tokens: int, cached_block_ids: list[int] | None = None
     ) -> bool:
