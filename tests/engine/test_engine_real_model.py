@@ -216,3 +216,26 @@ def test_requests_that_cannot_fit_are_refused_with_both_counts(tokenizer):
     with pytest.raises(InvalidRequestError, match="outside the vocabulary"):
         engine.add_request("oov", [10**6], SamplingParams())
     assert not engine.has_unfinished
+
+
+def test_default_bfloat16_answers_like_float32(tokenizer):
+    """bfloat16 matmuls with a float32 residual stream stay close enough to float32 that greedy
+    answers to plain questions open the same way (a bfloat16 residual stream answered the first
+    question with "L'Étoile, la Marseillaise...")."""
+    questions = [
+        "What is the capital of France?",
+        "What is 2+2?",
+        "Who wrote Romeo and Juliet?",
+        "Name three primary colors.",
+        "Write a poem about the sea.",
+    ]
+    prompts = {
+        q: tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}]))
+        for q in questions
+    }
+    greedy = SamplingParams(max_tokens=12, temperature=0)
+    fp32 = run_engine(Engine(EngineConfig(dtype="float32")), prompts, greedy)
+    bf16 = run_engine(Engine(EngineConfig(dtype="bfloat16")), prompts, greedy)
+    # Rounding still adds up over a long answer; the openings must agree.
+    assert {q: t[:4] for q, t in bf16.items()} == {q: t[:4] for q, t in fp32.items()}
+    assert "Paris" in tokenizer.decode(bf16[questions[0]])

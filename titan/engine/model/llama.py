@@ -38,10 +38,10 @@ REFINED_LOGITS = 32
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # In float32 whatever the weights' dtype, then cast back (HF's order of operations).
+    """Normalized in float32, returned in the weights' dtype (HF's order of operations)."""
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    return weight * x32.to(weight.dtype)
 
 
 class LlamaForCausalLM:
@@ -139,7 +139,11 @@ class LlamaForCausalLM:
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
         eps = config.rms_norm_eps
         cos, sin = self.rotary.lookup(positions)
-        hidden = F.embedding(input_ids, self.embed_tokens)
+        # The residual stream stays in float32 whatever the weights' dtype: bfloat16 sums over 30
+        # layers drift far enough to flip the model's near-ties (measured: "What is the capital
+        # of France?" answered "L'Étoile..." instead of "The capital of France is Paris.").
+        # Matmuls still run in the weights' dtype; the extra cost is a few casts per layer.
+        hidden = F.embedding(input_ids, self.embed_tokens).float()
         num_tokens = hidden.shape[0]
         for layer, (cache_k, cache_v) in zip(self.layers, kv_caches, strict=True):
             x = rms_norm(hidden, layer.input_norm, eps)
