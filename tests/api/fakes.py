@@ -66,6 +66,7 @@ class FakeEngine:
     aborted: list[str] = field(default_factory=list)
     params_seen: list[SamplingParams] = field(default_factory=list)
     prompts_seen: list[list[int]] = field(default_factory=list)
+    priorities_seen: list[int] = field(default_factory=list)
     is_shut_down: bool = False
     _seen_prompts: set[tuple[int, ...]] = field(default_factory=set)
 
@@ -97,6 +98,7 @@ class FakeEngine:
                 f"prompt {len(prompt_token_ids)} + max_tokens {params.max_tokens} > "
                 f"{self.max_model_len}"
             )
+        self.priorities_seen.append(priority)
         return self._generate(request_id, list(prompt_token_ids), params)
 
     async def _generate(

@@ -56,6 +56,20 @@ async def test_defaults_reach_the_engine(client: httpx.AsyncClient, engine: Fake
     assert params.temperature == 1.0 and params.top_p == 1.0 and params.logprobs is None
 
 
+async def test_priority_reaches_the_engine(client: httpx.AsyncClient, engine: FakeEngine) -> None:
+    assert (await post_chat(client, messages=USER, max_tokens=2)).status_code == 200
+    assert (
+        await post_chat(client, messages=USER, max_tokens=2, n=2, priority=5)
+    ).status_code == 200
+    assert engine.priorities_seen == [0, 5, 5]
+    bad = await post_chat(client, messages=USER, priority="urgent")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "priority"
+    completion = await client.post(
+        "/v1/completions", json={"prompt": "hi", "max_tokens": 2, "priority": -1}
+    )
+    assert completion.status_code == 200 and engine.priorities_seen[-1] == -1
+
+
 async def test_sampling_fields_reach_the_engine(
     client: httpx.AsyncClient, engine: FakeEngine
 ) -> None:

@@ -69,6 +69,7 @@ class _Job:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    priority: int = 0
 
 
 @dataclass
@@ -178,6 +179,7 @@ class EmbeddedBackend:
                     num_logprobs=request.num_logprobs,
                     seed=choice_seed(request.seed, i),
                 ),
+                priority=request.priority,
             )
             for i in range(request.n)
         ]
@@ -225,14 +227,18 @@ class EmbeddedBackend:
                 )
                 choice_index = prompt_index * request.n + i
                 job_id = f"{request_id}-{choice_index}"
-                jobs.append(_Job(choice_index, prompt_index, job_id, prompt_ids, params))
+                jobs.append(
+                    _Job(choice_index, prompt_index, job_id, prompt_ids, params, request.priority)
+                )
         return jobs, prompt_texts
 
     # ---- running jobs ----------------------------------------------------------------------
 
     async def _outputs(self, engine: Any, job: _Job) -> AsyncIterator[RequestOutput]:
         """The engine's outputs for one job; leaving early closes (and so aborts) it."""
-        stream = engine.generate(job.request_id, job.prompt_token_ids, job.params)
+        stream = engine.generate(
+            job.request_id, job.prompt_token_ids, job.params, priority=job.priority
+        )
         async with closing_stream(stream):
             async for output in stream:
                 yield output

@@ -92,6 +92,8 @@ class SamplingFields(RequestModel):
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    # vLLM's scheduling priority: lower values are served first (and preempted last).
+    priority: int = Field(0, ge=-(2**31), le=2**31 - 1)
 
     @property
     def include_usage(self) -> bool:
