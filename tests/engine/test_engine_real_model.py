@@ -239,3 +239,24 @@ def test_default_bfloat16_answers_like_float32(tokenizer):
     # Rounding still adds up over a long answer; the openings must agree.
     assert {q: t[:4] for q, t in bf16.items()} == {q: t[:4] for q, t in fp32.items()}
     assert "Paris" in tokenizer.decode(bf16[questions[0]])
+
+
+def test_torch_sdpa_fallback_matches_the_kernel(tokenizer):
+    """The attention path CUDA (and a CPU without a C compiler) uses: padded decode groups and
+    gathered prefill chunks through SDPA, here with chunking and mixed context lengths."""
+    prompts = {
+        f"p{i}": tokenizer.encode(
+            tokenizer.apply_chat_template([{"role": "user", "content": text}])
+        )
+        for i, text in enumerate(
+            ["Name three rivers.", "What is 2 + 2?", "Describe a forest. " * 30, "Hi"]
+        )
+    }
+    greedy = SamplingParams(max_tokens=10, temperature=0)
+    kernel = Engine(EngineConfig(dtype="float32", max_num_batched_tokens=48))
+    fallback = Engine(
+        EngineConfig(dtype="float32", max_num_batched_tokens=48, use_cpu_kernels=False)
+    )
+    assert kernel.runner.attention_kernel is not None
+    assert fallback.runner.attention_kernel is None
+    assert run_engine(fallback, prompts, greedy) == run_engine(kernel, prompts, greedy)

@@ -3,10 +3,11 @@
  *
  * Every query token attends to its own sequence's cached tokens 0..position (its own K/V were
  * written before the call). The arithmetic for one query row never depends on what else is in
- * the call: the same dot-product function with a fixed summation order, a softmax summed in
- * token order, and the output accumulated in token order. So a token's attention output is the
- * same bits whether it is a decode, part of a prefill chunk of any size, or recomputed after a
- * preemption: with row-invariant matmuls, the engine's output does not depend on the batch.
+ * the call: every sum (scores over head_dim, the softmax's max and total, the output over tokens)
+ * runs in an order fixed by the code and by the row's own context length. So a token's attention
+ * output is the same bits whether it is a decode, part of a prefill chunk of any size, or
+ * recomputed after a preemption: with row-invariant matmuls, the engine's output does not depend
+ * on the batch. Vector code uses GCC/Clang vector extensions (GCC 12+ for shufflevector).
  *
  * Queries are processed in tiles of up to TILE tokens of one sequence, so that cached K/V is read
  * once per tile rather than once per query. K blocks are stored transposed: the scores of LANES
