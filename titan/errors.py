@@ -111,3 +111,68 @@ class ConfigError(TitanError):
     status_code = 500
     error_type = "server_error"
     default_code = "config_error"
+
+
+class UpstreamError(TitanError):
+    """An upstream (an OpenAI-compatible server, a simulated backend) failed or refused.
+
+    Carries the upstream's status, which the client gets when no retry or fallback rescues the
+    request; ``is_retryable`` says whether another attempt (elsewhere) may succeed.
+    """
+
+    error_type = "upstream_error"
+    default_code = "upstream_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int = 502,
+        is_retryable: bool = True,
+        retry_after: float | None = None,
+        error_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+    ):
+        super().__init__(message, param=param, code=code)
+        self.status_code = status_code  # type: ignore[misc]  # per instance, not per class
+        if error_type is not None:
+            self.error_type = error_type  # type: ignore[misc]
+        self.is_retryable = is_retryable
+        self.retry_after = retry_after
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """No first byte (or no answer) within the deployment's timeout; retryable (504)."""
+
+    default_code = "upstream_timeout"
+
+    def __init__(self, message: str):
+        super().__init__(message, status_code=504, is_retryable=True, error_type="timeout")
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The upstream could not be reached or dropped the connection; retryable (502)."""
+
+    default_code = "upstream_unreachable"
+
+    def __init__(self, message: str):
+        super().__init__(message, status_code=502, is_retryable=True)
+
+
+class NoHealthyDeploymentError(ServiceUnavailableError):
+    """Every deployment of the model (and its fallbacks) is ejected or over capacity (503)."""
+
+    default_code = "no_healthy_deployment"
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineExceededError(TitanError):
+    """The request's total deadline passed before an answer (504)."""
+
+    status_code = 504
+    error_type = "timeout"
+    default_code = "deadline_exceeded"

@@ -8,15 +8,25 @@ from starlette.applications import Starlette
 
 from tests.api.fakes import FakeEngine
 from titan.api import create_app
-from titan.backends import EmbeddedBackend
+from titan.backends.embedded import EmbeddedBackend
 from titan.config import TitanConfig
 from titan.service import Pipeline
 
 
+def fake_pipeline(engine: FakeEngine, config: TitanConfig) -> Pipeline:
+    """The real pipeline, with every embedded deployment served by ``engine``."""
+
+    def factory(deployment, *, model_name, name):  # type: ignore[no-untyped-def]
+        return EmbeddedBackend(
+            deployment, model_name=model_name, name=name, engine_factory=engine.factory
+        )
+
+    return Pipeline(config, backend_factory=factory)
+
+
 def make_app(engine: FakeEngine, config: TitanConfig | None = None) -> Starlette:
     config = config or TitanConfig()
-    backend = EmbeddedBackend(config.embedded, engine_factory=engine.factory)
-    return create_app(config, pipeline=Pipeline([backend]))
+    return create_app(config, pipeline=fake_pipeline(engine, config))
 
 
 @pytest.fixture

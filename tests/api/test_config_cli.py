@@ -8,8 +8,16 @@ from typer.testing import CliRunner
 
 from titan.backends.embedded import engine_config
 from titan.cli import main as cli_main
-from titan.config import EmbeddedModelConfig, TitanConfig, parse_byte_size
+from titan.config import EmbeddedDeployment, EmbeddedModelConfig, TitanConfig, parse_byte_size
 from titan.errors import ConfigError
+
+
+def embedded_engine(config: TitanConfig) -> EmbeddedModelConfig:
+    """The engine settings of the config's one embedded deployment (the flags' target)."""
+    (model,) = config.models
+    (deployment,) = model.deployments
+    assert isinstance(deployment, EmbeddedDeployment)
+    return deployment.engine
 
 
 @pytest.mark.parametrize(
@@ -60,19 +68,23 @@ def test_build_config_from_flags() -> None:
         kv_cache_memory="512MiB",
         max_model_len=256,
         num_threads=1,
+        environ={},
     )
     assert config.server.host == "0.0.0.0" and config.server.port == 9000
     assert config.server.log_level == "debug"
-    assert config.embedded.model == "/models/x.gguf"
-    assert config.embedded.kv_cache_bytes == 512 * 1024**2
-    assert config.embedded.max_model_len == 256 and config.embedded.num_threads == 1
+    engine = embedded_engine(config)
+    assert engine.model == "/models/x.gguf"
+    assert engine.kv_cache_bytes == 512 * 1024**2
+    assert engine.max_model_len == 256 and engine.num_threads == 1
 
 
 def test_build_config_names_the_bad_flag() -> None:
     with pytest.raises(ConfigError, match="--max-num-seqs"):
-        cli_main.build_config(max_num_seqs=0)
+        cli_main.build_config(max_num_seqs=0, environ={})
     with pytest.raises(ConfigError, match="--port"):
-        cli_main.build_config(port=70000)
+        cli_main.build_config(port=70000, environ={})
+    with pytest.raises(ConfigError, match="--kv-cache-memory: invalid byte size"):
+        cli_main.build_config(kv_cache_memory="lots", environ={})
 
 
 def test_serve_passes_flags_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,7 +97,8 @@ def test_serve_passes_flags_to_the_server(monkeypatch: pytest.MonkeyPatch) -> No
     assert result.exit_code == 0, result.output
     (config,) = seen
     assert config.server.port == 8123 and config.server.host == "127.0.0.1"
-    assert config.embedded.max_num_seqs == 4 and config.embedded.served_model_name == "smol"
+    engine = embedded_engine(config)
+    assert engine.max_num_seqs == 4 and engine.served_model_name == "smol"
 
 
 def test_serve_refuses_bad_flags_with_a_message() -> None:

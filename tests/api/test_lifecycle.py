@@ -6,13 +6,11 @@ import asyncio
 
 import httpx
 
-from tests.api.conftest import make_app
+from tests.api.conftest import fake_pipeline, make_app
 from tests.api.fakes import FakeEngine
 from titan.api import create_app
-from titan.backends import EmbeddedBackend
-from titan.config import EmbeddedModelConfig, TitanConfig
+from titan.config import EmbeddedDeployment, EmbeddedModelConfig, ModelConfig, TitanConfig
 from titan.errors import ModelLoadError
-from titan.service import Pipeline
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -40,8 +38,11 @@ async def test_health_at_once_ready_after_the_model_loaded() -> None:
         ready = await client.get("/ready")
         assert ready.status_code == 200 and ready.json() == {"status": "ready"}
         stats = (await client.get("/stats")).json()["models"]["fake-model"]
-        assert stats["num_running"] == 0 and stats["num_active_streams"] == 0
-        assert "kv_cache_usage" in stats
+        deployment = stats["deployments"]["embedded-0"]
+        assert deployment["state"] == "closed" and deployment["outstanding"] == 0
+        engine_stats = deployment["backend"]
+        assert engine_stats["num_running"] == 0 and engine_stats["num_active_streams"] == 0
+        assert "kv_cache_usage" in engine_stats
         assert (await client.get("/health")).status_code == 200
     assert engine.is_shut_down  # the lifespan's exit shut the engine down
 
@@ -50,8 +51,9 @@ async def test_failed_load_is_reported_and_hook_called() -> None:
     engine = FakeEngine(start_error=ModelLoadError("no such model file: /x.gguf"))
     failures: list[BaseException] = []
     config = TitanConfig()
-    backend = EmbeddedBackend(config.embedded, engine_factory=engine.factory)
-    app = create_app(config, pipeline=Pipeline([backend]), on_start_failure=failures.append)
+    app = create_app(
+        config, pipeline=fake_pipeline(engine, config), on_start_failure=failures.append
+    )
     async with app.router.lifespan_context(app), client_for(app) as client:
         await app.state.titan.start_task
         response = await client.get("/ready")
@@ -66,7 +68,8 @@ async def test_engine_config_comes_from_titan_config() -> None:
     embedded = EmbeddedModelConfig(
         served_model_name="smol", max_model_len=128, kv_cache_bytes="64MiB", max_num_seqs=4
     )
-    app = make_app(engine, TitanConfig(embedded=embedded))
+    config = TitanConfig(models=[ModelConfig(deployments=[EmbeddedDeployment(engine=embedded)])])
+    app = make_app(engine, config)
     async with app.router.lifespan_context(app), client_for(app) as client:
         await app.state.titan.start_task
         assert engine.config is not None

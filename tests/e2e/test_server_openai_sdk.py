@@ -260,7 +260,7 @@ def test_disconnecting_stream_leaves_the_server_healthy(
 def test_disconnecting_before_a_json_answer_aborts_the_engine_request(
     server: str, model: str
 ) -> None:
-    before = httpx.get(f"{server}/stats").json()["models"][model]["num_requests_aborted"]
+    before = engine_stats(server, model)["num_requests_aborted"]
     body = {"model": model, "messages": USER, "max_tokens": 200, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server}/v1/chat/completions", json=body, timeout=1.0)
@@ -273,8 +273,15 @@ def wait_for_idle_engine(server: str, model: str, timeout_s: float = 30.0) -> di
     """The engine's counters once nothing runs or waits (fails after ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        stats = httpx.get(f"{server}/stats").json()["models"][model]
+        stats = engine_stats(server, model)
         if stats["num_running"] == stats["num_waiting"] == stats["num_active_streams"] == 0:
             return stats
         assert time.monotonic() < deadline, f"the engine is still busy: {stats}"
         time.sleep(0.1)
+
+
+def engine_stats(server: str, model: str) -> dict:
+    """The embedded engine's counters, from the one deployment of ``model`` in /stats."""
+    deployments = httpx.get(f"{server}/stats").json()["models"][model]["deployments"]
+    (deployment,) = deployments.values()
+    return deployment["backend"]

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from titan.errors import InvalidRequestError, RateLimitError, TitanError
+from titan.errors import InvalidRequestError, TitanError
 
 logger = logging.getLogger("titan.api")
 
@@ -48,8 +48,9 @@ def error_body(exc: BaseException) -> dict[str, Any]:
 
 def error_response(exc: TitanError) -> Response:
     headers = None
-    if isinstance(exc, RateLimitError) and exc.retry_after is not None:
-        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+    retry_after = getattr(exc, "retry_after", None)  # rate limits, upstream refusals, 503s
+    if retry_after is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
     return _json(exc.to_body(), exc.status_code, headers)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+import uuid
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -11,11 +12,15 @@ from starlette.requests import Request
 
 from titan.api.errors import invalid_json, invalid_request_from_validation
 from titan.errors import InvalidRequestError
+from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, Endpoint
 
 M = TypeVar("M", bound=BaseModel)
 
 # Far above any prompt a context window holds; stops a client from filling memory.
 MAX_BODY_BYTES = 32 * 1024**2
+MAX_REQUEST_ID_CHARS = 128
+# Headers that steer the pipeline: a session for affinity routing, a total deadline.
+ROUTING_HEADERS = ("x-titan-session", "x-titan-timeout")
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
@@ -32,8 +37,7 @@ async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-async def parse_body(request: Request, model: type[M]) -> M:
-    """The body as ``model``; raises InvalidRequestError (400) saying what is wrong."""
+async def read_json_object(request: Request) -> dict[str, Any]:
     body = await read_body(request)
     try:
         data = orjson.loads(body)
@@ -41,7 +45,42 @@ async def parse_body(request: Request, model: type[M]) -> M:
         raise invalid_json(exc) from None
     if not isinstance(data, dict):
         raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def validate(data: dict[str, Any], model: type[M]) -> M:
+    """``data`` as ``model``; raises InvalidRequestError (400) saying what is wrong."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise invalid_request_from_validation(exc) from None
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    return validate(await read_json_object(request), model)
+
+
+def request_id_of(request: Request) -> str:
+    """The client's x-request-id when it is a sane one (tracing across services), else a new
+    one."""
+    given = request.headers.get("x-request-id", "")
+    if 0 < len(given) <= MAX_REQUEST_ID_CHARS and given.isprintable():
+        return given
+    return f"req-{uuid.uuid4().hex}"
+
+
+async def parse_client_request(
+    request: Request, endpoint: Endpoint, model: type[ChatCompletionRequest | CompletionRequest]
+) -> ClientRequest:
+    data = await read_json_object(request)
+    return ClientRequest(
+        endpoint=endpoint,
+        parsed=validate(data, model),
+        body=data,
+        request_id=request_id_of(request),
+        headers={
+            name: value
+            for name in ROUTING_HEADERS
+            if (value := request.headers.get(name)) is not None
+        },
+    )

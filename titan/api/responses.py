@@ -15,12 +15,15 @@ from starlette.types import Message, Receive, Scope, Send
 from titan.api.disconnect import ClientDisconnected, unless_disconnected, wait_for_disconnect
 from titan.api.errors import error_body
 from titan.errors import TitanError
+from titan.protocol import Answer, ClientRequest, answer_bytes
 from titan.protocol.sse import DONE, KEEP_ALIVE, encode_event
-from titan.service import close_stream
+from titan.service import Routed, close_stream
 
 logger = logging.getLogger("titan.api")
 
 KEEP_ALIVE_INTERVAL_S = 15.0
+# A stream whose first chunk takes longer than this starts anyway, with keep-alive comments.
+COMMIT_AFTER_S = 2.0
 # nginx's code for "client closed request": never seen by the client, but shows in access logs.
 CLIENT_CLOSED_REQUEST = 499
 
@@ -52,13 +55,19 @@ class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(
-        self, events: AsyncIterator[bytes], *, keep_alive_interval_s: float = KEEP_ALIVE_INTERVAL_S
+        self,
+        events: AsyncIterator[bytes],
+        *,
+        headers: dict[str, str] | None = None,
+        keep_alive_interval_s: float = KEEP_ALIVE_INTERVAL_S,
     ):
         self.events = events
         self.keep_alive_interval_s = keep_alive_interval_s
         self.status_code = 200
         self.background = None
-        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.init_headers(
+            {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
@@ -96,7 +105,7 @@ class EventStreamResponse(Response):
             await close_stream(self.events)
 
 
-async def sse_events(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+async def sse_events(chunks: AsyncIterator[Answer]) -> AsyncIterator[bytes]:
     """Frame each chunk as an SSE event, then ``[DONE]``. An error after the stream started can
     no longer change the status code: it becomes an ``{"error": ...}`` event before ``[DONE]``."""
     try:
@@ -113,23 +122,75 @@ async def sse_events(chunks: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
     yield DONE
 
 
-async def answer(request: Request, result: Awaitable[BaseModel]) -> Response:
+def routed_headers(client_request: ClientRequest, routed: Routed[Any] | None) -> dict[str, str]:
+    headers = {"x-request-id": client_request.request_id}
+    if routed is not None:
+        headers["x-titan-model"] = routed.model
+        headers["x-titan-deployment"] = routed.deployment
+        headers["x-titan-attempts"] = str(routed.num_attempts)
+    return headers
+
+
+async def answer(
+    request: Request, client_request: ClientRequest, result: Awaitable[Routed[Answer]]
+) -> Response:
     """A JSON answer; the work is cancelled if the client disconnects while waiting."""
     try:
-        return json_response(await unless_disconnected(request.receive, result))
+        routed = await unless_disconnected(request.receive, result)
     except ClientDisconnected:
         logger.info("client disconnected before the answer", extra={"path": request.url.path})
         return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return Response(
+        answer_bytes(routed.value),
+        media_type="application/json",
+        headers=routed_headers(client_request, routed),
+    )
 
 
 async def answer_stream(
-    request: Request, started_stream: Awaitable[AsyncIterator[BaseModel]]
+    request: Request,
+    client_request: ClientRequest,
+    started: Awaitable[Routed[AsyncIterator[Answer]]],
+    commit_after_s: float = COMMIT_AFTER_S,
 ) -> Response:
-    """An SSE answer. ``started_stream`` raises the errors that come before the first chunk, so
-    those are still plain JSON errors with their status code."""
+    """An SSE answer. Errors before the first chunk are plain JSON errors with their status
+    code, as long as the first chunk comes within ``commit_after_s``. After that the response
+    starts anyway (200) and sends keep-alive comments while it waits, so that clients and proxies
+    with idle timeouts do not give up on a slow first token; a later error becomes an SSE error
+    event."""
+    starting = asyncio.ensure_future(unless_disconnected(request.receive, started))
+    done, _ = await asyncio.wait({starting}, timeout=commit_after_s)
+    if not done:
+        return EventStreamResponse(
+            _after_commit(starting), headers=routed_headers(client_request, None)
+        )
     try:
-        chunks = await unless_disconnected(request.receive, started_stream)
+        routed = starting.result()
     except ClientDisconnected:
         logger.info("client disconnected before the stream", extra={"path": request.url.path})
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return EventStreamResponse(sse_events(chunks))
+    return EventStreamResponse(
+        sse_events(routed.value), headers=routed_headers(client_request, routed)
+    )
+
+
+async def _after_commit(
+    starting: asyncio.Future[Routed[AsyncIterator[Answer]]],
+) -> AsyncIterator[bytes]:
+    try:
+        yield KEEP_ALIVE  # at once: the headers alone do not reset every idle timer
+        try:
+            routed = await starting
+        except ClientDisconnected:
+            return
+        except TitanError as exc:
+            logger.warning("stream failed before its first chunk: %s", exc.message)
+            yield encode_event(error_body(exc))
+            yield DONE
+            return
+        async for event in sse_events(routed.value):
+            yield event
+    finally:
+        if not starting.done():
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)

@@ -1,40 +1,40 @@
-"""The one protocol every backend implements: embedded engine, OpenAI-compatible upstream, ..."""
+"""The one protocol every backend implements: embedded engine, OpenAI-compatible upstream,
+simulated backend. One backend instance serves one *deployment* of a model."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from titan.protocol import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Completion,
-    CompletionRequest,
-    ModelCard,
-)
+from titan.protocol import Answer, ClientRequest, ModelCard
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """Serves one or more models.
+    """Serves one deployment.
 
-    Errors are titan.errors exceptions. The ``*_stream`` methods are async generators: any error
-    a request can be refused with (bad parameter, prompt too long, unknown feature) is raised
-    before the first chunk, so that callers can still answer with a plain HTTP error. Closing a
-    stream early (client disconnect) aborts the work behind it.
+    Errors are titan.errors exceptions; an upstream's failures are UpstreamError (with its status,
+    Retry-After and whether another attempt may succeed). ``stream`` is an async generator that
+    raises every refusal before its first chunk, so that callers can still retry, fail over, or
+    answer with a plain HTTP error. Closing a stream early (client disconnect, a hedge that lost)
+    aborts the work behind it.
     """
 
     @property
+    def name(self) -> str:
+        """The deployment's name (response header x-titan-deployment, metrics)."""
+        ...
+
+    @property
     def model_ids(self) -> tuple[str, ...]:
-        """The model names this backend answers to (may be empty until it is started)."""
+        """The model names this deployment answers to (may be empty until it is started)."""
         ...
 
     @property
     def is_ready(self) -> bool: ...
 
     async def start(self) -> None:
-        """Load and warm up; may take long (model load). Raises titan.errors.ModelLoadError."""
+        """Load, connect, warm up; may take long (model load). Raises titan.errors errors."""
         ...
 
     async def shutdown(self) -> None: ...
@@ -42,15 +42,17 @@ class Backend(Protocol):
     def model_card(self, model_id: str) -> ModelCard: ...
 
     def stats(self) -> dict[str, Any]:
-        """Operational counters (JSON-ready): requests, tokens, KV cache use."""
+        """Operational counters (JSON-ready)."""
         ...
 
-    async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion: ...
+    async def probe(self) -> None:
+        """An active health check: returns when healthy, raises UpstreamError otherwise."""
+        ...
 
-    def chat_completion_stream(
-        self, request: ChatCompletionRequest
-    ) -> AsyncIterator[ChatCompletionChunk]: ...
+    async def complete(self, request: ClientRequest) -> Answer:
+        """The whole answer of a non-streaming request."""
+        ...
 
-    async def completion(self, request: CompletionRequest) -> Completion: ...
-
-    def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]: ...
+    def stream(self, request: ClientRequest) -> AsyncIterator[Answer]:
+        """The chunks of a streaming request (``data:`` payloads, without [DONE])."""
+        ...

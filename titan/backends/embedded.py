@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
 from titan.backends.embedded_convert import (
     chat_logprobs,
-    chat_messages,
-    check_chat_supported,
-    check_completion_supported,
-    choice_seed,
     completion_logprobs,
     finish_reason,
-    resolve_max_tokens,
-    sampling_params,
 )
-from titan.config import EmbeddedModelConfig
+from titan.backends.embedded_jobs import ChoiceResult, Job, chat_jobs, completion_jobs, usage_of
+from titan.config import EmbeddedDeployment, EmbeddedModelConfig
 from titan.engine.config import EngineConfig
-from titan.engine.outputs import RequestOutput, TokenLogprob
-from titan.engine.sampling import SamplingParams
-from titan.errors import EngineError, InvalidRequestError, ServiceUnavailableError
+from titan.engine.outputs import RequestOutput
+from titan.errors import EngineError, ServiceUnavailableError
 from titan.protocol import (
+    Answer,
     ChatChunkChoice,
     ChatCompletion,
     ChatCompletionChoice,
@@ -32,6 +27,7 @@ from titan.protocol import (
     ChatCompletionRequest,
     ChatDelta,
     ChatMessage,
+    ClientRequest,
     Completion,
     CompletionChoice,
     CompletionRequest,
@@ -60,53 +56,22 @@ def engine_config(config: EmbeddedModelConfig) -> EngineConfig:
     return EngineConfig(**config.explicit_settings())
 
 
-@dataclass(frozen=True)
-class _Job:
-    """One engine request: one choice of one prompt."""
-
-    choice_index: int  # prompt_index * n + i
-    prompt_index: int
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    priority: int = 0
-
-
-@dataclass
-class _ChoiceResult:
-    text: str = ""
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: str | None = None
-    num_output_tokens: int = 0
-    num_cached_tokens: int = 0
-
-
-def _usage(jobs: list[_Job], results: list[_ChoiceResult]) -> Usage:
-    """Prompt tokens once per prompt (not once per choice), completion tokens summed.
-
-    The n choices of a prompt share it, and only one of them had to compute it: the prompt's
-    cached count is the smallest any of its choices saw.
-    """
-    num_prompt_tokens: dict[int, int] = {}
-    num_cached_tokens: dict[int, int] = {}
-    for job, result in zip(jobs, results, strict=True):
-        num_prompt_tokens[job.prompt_index] = len(job.prompt_token_ids)
-        previous = num_cached_tokens.get(job.prompt_index, result.num_cached_tokens)
-        num_cached_tokens[job.prompt_index] = min(previous, result.num_cached_tokens)
-    return Usage.of(
-        sum(num_prompt_tokens.values()),
-        sum(result.num_output_tokens for result in results),
-        sum(num_cached_tokens.values()),
-    )
-
-
 class EmbeddedBackend:
     """Serves the one model the embedded engine loads. See titan.backends.base.Backend."""
 
     def __init__(
-        self, config: EmbeddedModelConfig, *, engine_factory: EngineFactory = start_engine
+        self,
+        deployment: EmbeddedDeployment | EmbeddedModelConfig,
+        *,
+        model_name: str | None = None,
+        name: str = "embedded",
+        engine_factory: EngineFactory = start_engine,
     ):
+        config = deployment.engine if isinstance(deployment, EmbeddedDeployment) else deployment
+        if model_name is not None and config.served_model_name is None:
+            config = config.model_copy(update={"served_model_name": model_name})
         self._config = config
+        self._name = name
         self._engine_config = engine_config(config)
         self._engine_factory = engine_factory
         self._engine: Any = None  # AsyncEngine once started (Any: fakes stand in for it)
@@ -115,8 +80,25 @@ class EmbeddedBackend:
     # ---- lifecycle -----------------------------------------------------------------------
 
     @property
+    def name(self) -> str:
+        return self._name
+
+    @property
     def model_ids(self) -> tuple[str, ...]:
         return (self._engine.model_name,) if self._engine is not None else ()
+
+    async def probe(self) -> None:
+        self._running_engine()  # in-process: alive while it is loaded
+
+    async def complete(self, request: ClientRequest) -> Answer:
+        if request.endpoint == "chat":
+            return await self.chat_completion(request.parsed)  # type: ignore[arg-type]
+        return await self.completion(request.parsed)  # type: ignore[arg-type]
+
+    def stream(self, request: ClientRequest) -> AsyncIterator[Answer]:
+        if request.endpoint == "chat":
+            return self.chat_completion_stream(request.parsed)  # type: ignore[arg-type]
+        return self.completion_stream(request.parsed)  # type: ignore[arg-type]
 
     @property
     def is_ready(self) -> bool:
@@ -157,84 +139,7 @@ class EmbeddedBackend:
 
     # ---- requests → engine jobs ----------------------------------------------------------
 
-    def _chat_jobs(
-        self, engine: Any, request: ChatCompletionRequest, request_id: str
-    ) -> list[_Job]:
-        check_chat_supported(request)
-        tokenizer = engine.tokenizer
-        text = tokenizer.apply_chat_template(chat_messages(request), add_generation_prompt=True)
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
-        max_tokens = resolve_max_tokens(
-            request.max_output_tokens, len(prompt_ids), engine.max_model_len, "messages"
-        )
-        return [
-            _Job(
-                choice_index=i,
-                prompt_index=0,
-                request_id=f"{request_id}-{i}",
-                prompt_token_ids=prompt_ids,
-                params=sampling_params(
-                    request,
-                    max_tokens=max_tokens,
-                    num_logprobs=request.num_logprobs,
-                    seed=choice_seed(request.seed, i),
-                ),
-                priority=request.priority,
-            )
-            for i in range(request.n)
-        ]
-
-    def _completion_prompt(self, engine: Any, prompt: str | list[int]) -> list[int]:
-        tokenizer = engine.tokenizer
-        if isinstance(prompt, str):
-            # As vLLM: a raw prompt gets the tokenizer's special tokens (BOS, if it has one).
-            token_ids = tokenizer.encode(prompt, add_special_tokens=True)
-        else:
-            out_of_range = [token for token in prompt if token >= tokenizer.vocab_size]
-            if out_of_range:
-                raise InvalidRequestError(
-                    f"Invalid value for 'prompt': token id {out_of_range[0]} is out of range "
-                    f"(the vocabulary has {tokenizer.vocab_size} tokens).",
-                    param="prompt",
-                )
-            token_ids = prompt
-        if not token_ids:
-            raise InvalidRequestError("Invalid value for 'prompt': it is empty.", param="prompt")
-        return token_ids
-
-    def _completion_jobs(
-        self, engine: Any, request: CompletionRequest, request_id: str
-    ) -> tuple[list[_Job], list[str]]:
-        """The jobs, and each prompt's text (for echo)."""
-        check_completion_supported(request)
-        jobs: list[_Job] = []
-        prompt_texts: list[str] = []
-        for prompt_index, prompt in enumerate(request.prompts):
-            prompt_ids = self._completion_prompt(engine, prompt)
-            if isinstance(prompt, str):
-                prompt_texts.append(prompt)
-            else:
-                prompt_texts.append(engine.tokenizer.decode(prompt) if request.echo else "")
-            max_tokens = resolve_max_tokens(
-                request.max_tokens, len(prompt_ids), engine.max_model_len, "prompt"
-            )
-            for i in range(request.n):
-                params = sampling_params(
-                    request,
-                    max_tokens=max_tokens,
-                    num_logprobs=request.logprobs,
-                    seed=choice_seed(request.seed, i),
-                )
-                choice_index = prompt_index * request.n + i
-                job_id = f"{request_id}-{choice_index}"
-                jobs.append(
-                    _Job(choice_index, prompt_index, job_id, prompt_ids, params, request.priority)
-                )
-        return jobs, prompt_texts
-
-    # ---- running jobs ----------------------------------------------------------------------
-
-    async def _outputs(self, engine: Any, job: _Job) -> AsyncIterator[RequestOutput]:
+    async def _outputs(self, engine: Any, job: Job) -> AsyncIterator[RequestOutput]:
         """The engine's outputs for one job; leaving early closes (and so aborts) it."""
         stream = engine.generate(
             job.request_id, job.prompt_token_ids, job.params, priority=job.priority
@@ -246,8 +151,8 @@ class EmbeddedBackend:
                     return
         raise EngineError(f"The engine ended request {job.request_id} without finishing it.")
 
-    async def _run_to_end(self, engine: Any, job: _Job) -> _ChoiceResult:
-        result = _ChoiceResult()
+    async def _run_to_end(self, engine: Any, job: Job) -> ChoiceResult:
+        result = ChoiceResult()
         text_parts = []
         async with closing_stream(self._outputs(engine, job)) as outputs:
             async for output in outputs:
@@ -260,11 +165,11 @@ class EmbeddedBackend:
         result.text = "".join(text_parts)
         return result
 
-    async def _run_all(self, engine: Any, jobs: list[_Job]) -> list[_ChoiceResult]:
+    async def _run_all(self, engine: Any, jobs: list[Job]) -> list[ChoiceResult]:
         return await gather_all([self._run_to_end(engine, job) for job in jobs])
 
     def _merged_outputs(
-        self, engine: Any, jobs: list[_Job]
+        self, engine: Any, jobs: list[Job]
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
         return merge([self._outputs(engine, job) for job in jobs])
 
@@ -273,7 +178,7 @@ class EmbeddedBackend:
     async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        jobs = self._chat_jobs(engine, request, request_id)
+        jobs = chat_jobs(engine, request, request_id)
         results = await self._run_all(engine, jobs)
         return ChatCompletion(
             id=request_id,
@@ -288,7 +193,7 @@ class EmbeddedBackend:
                 )
                 for job, result in zip(jobs, results, strict=True)
             ],
-            usage=_usage(jobs, results),
+            usage=usage_of(jobs, results),
             system_fingerprint=SYSTEM_FINGERPRINT,
         )
 
@@ -297,7 +202,7 @@ class EmbeddedBackend:
     ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        jobs = self._chat_jobs(engine, request, request_id)
+        jobs = chat_jobs(engine, request, request_id)
         created = int(time.time())
 
         def chunk(
@@ -312,7 +217,7 @@ class EmbeddedBackend:
                 system_fingerprint=SYSTEM_FINGERPRINT,
             )
 
-        results = [_ChoiceResult() for _ in jobs]
+        results = [ChoiceResult() for _ in jobs]
         has_sent_roles = False
         async with closing_stream(self._merged_outputs(engine, jobs)) as outputs:
             async for job_index, output in outputs:
@@ -342,14 +247,14 @@ class EmbeddedBackend:
                     ]
                 )
         if request.include_usage:
-            yield chunk([], usage=_usage(jobs, results))
+            yield chunk([], usage=usage_of(jobs, results))
 
     # ---- completions -----------------------------------------------------------------------
 
     async def completion(self, request: CompletionRequest) -> Completion:
         engine = self._running_engine()
         request_id = make_id("cmpl")
-        jobs, prompt_texts = self._completion_jobs(engine, request, request_id)
+        jobs, prompt_texts = completion_jobs(engine, request, request_id)
         results = await self._run_all(engine, jobs)
         choices = []
         for job, result in zip(jobs, results, strict=True):
@@ -370,14 +275,14 @@ class EmbeddedBackend:
             created=int(time.time()),
             model=engine.model_name,
             choices=choices,
-            usage=_usage(jobs, results),
+            usage=usage_of(jobs, results),
             system_fingerprint=SYSTEM_FINGERPRINT,
         )
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         engine = self._running_engine()
         request_id = make_id("cmpl")
-        jobs, prompt_texts = self._completion_jobs(engine, request, request_id)
+        jobs, prompt_texts = completion_jobs(engine, request, request_id)
         created = int(time.time())
 
         def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> Completion:
@@ -390,7 +295,7 @@ class EmbeddedBackend:
                 system_fingerprint=SYSTEM_FINGERPRINT,
             )
 
-        results = [_ChoiceResult() for _ in jobs]
+        results = [ChoiceResult() for _ in jobs]
         has_echoed = [not request.echo] * len(jobs)
         text_offsets = [0] * len(jobs)
         async with closing_stream(self._merged_outputs(engine, jobs)) as outputs:
@@ -422,4 +327,4 @@ class EmbeddedBackend:
                     ]
                 )
         if request.include_usage:
-            yield chunk([], usage=_usage(jobs, results))
+            yield chunk([], usage=usage_of(jobs, results))

@@ -3,24 +3,47 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Annotated
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from titan.cli.bench import bench_app
-from titan.config import EmbeddedModelConfig, ServerConfig, TitanConfig, parse_byte_size
+from titan.cli.config import config_app
+from titan.cli.simulate import simulate
+from titan.config import TitanConfig, gateway, loading
 from titan.errors import ConfigError, TitanError
 
 # Long uvicorn shutdowns hold a deploy back; streams still open after this are cut.
 GRACEFUL_SHUTDOWN_S = 10
 
 
+# The embedded engine's settings that serve flags may set: field -> flag.
+_ENGINE_FLAGS = {
+    "model": "--model",
+    "served_model_name": "--served-model-name",
+    "device": "--device",
+    "dtype": "--dtype",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "kv_cache_bytes": "--kv-cache-memory",
+    "num_kv_blocks": "--num-kv-blocks",
+    "max_model_len": "--max-model-len",
+    "num_threads": "--num-threads",
+}
+UPSTREAM_API_KEY_ENV = "TITAN_UPSTREAM_API_KEY"
+
+
 def build_config(
     *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    log_level: str = "info",
+    config_file: Path | None = None,
+    upstream: str | None = None,
+    api_key: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    log_level: str | None = None,
     model: str | None = None,
     served_model_name: str | None = None,
     device: str | None = None,
@@ -31,28 +54,88 @@ def build_config(
     num_kv_blocks: int | None = None,
     max_model_len: int | None = None,
     num_threads: int | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> TitanConfig:
-    """The config the serve flags describe. Raises ConfigError naming the bad flag."""
-    try:
-        return TitanConfig(
-            server=ServerConfig(host=host, port=port, log_level=log_level.lower()),
-            embedded=EmbeddedModelConfig(
-                model=model,
-                served_model_name=served_model_name,
-                device=device,
-                dtype=dtype,
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                kv_cache_bytes=parse_byte_size(kv_cache_memory) if kv_cache_memory else None,
-                num_kv_blocks=num_kv_blocks,
-                max_model_len=max_model_len,
-                num_threads=num_threads,
-            ),
+    """The config the serve flags describe. Raises ConfigError naming the bad flag or key.
+
+    Later wins: the file (or the defaults), ``TITAN_<SECTION>__<KEY>`` variables, the flags.
+    Engine flags set the one embedded deployment; with ``--upstream``, ``--model`` is the
+    upstream's model name and the config holds that upstream only.
+    """
+    environ = os.environ if environ is None else environ
+    engine_values = {
+        "model": None if upstream is not None else model,
+        "served_model_name": served_model_name,
+        "device": device,
+        "dtype": dtype,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "kv_cache_bytes": kv_cache_memory,
+        "num_kv_blocks": num_kv_blocks,
+        "max_model_len": max_model_len,
+        "num_threads": num_threads,
+    }
+    engine_values = {key: value for key, value in engine_values.items() if value is not None}
+    engine_flags = ", ".join(_ENGINE_FLAGS[key] for key in engine_values)
+    if config_file is not None and upstream is not None:
+        raise ConfigError(
+            "--config and --upstream cannot be combined: "
+            "list the upstream as an openai deployment in the file"
         )
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        flag = "--" + str(error["loc"][-1]).replace("_", "-") if error["loc"] else "a flag"
-        raise ConfigError(f"invalid value for {flag}: {error['msg']}") from None
+    if api_key is not None and upstream is None:
+        raise ConfigError("--api-key is the key of an --upstream; it needs --upstream")
+    if upstream is not None and engine_values:
+        raise ConfigError(f"{engine_flags} set the embedded engine; not with --upstream")
+
+    if config_file is not None:
+        base = loading.load_config(config_file, environ)
+    else:
+        base = loading.config_from_mapping(None, "defaults", environ)
+    server_values = {"host": host, "port": port, "log_level": log_level and log_level.lower()}
+    overrides = [
+        loading.Override(("server", key), value, f"--{key.replace('_', '-')}")
+        for key, value in server_values.items()
+        if value is not None
+    ]
+    if upstream is not None:
+        key = api_key if api_key is not None else environ.get(UPSTREAM_API_KEY_ENV)
+        overrides.append(
+            loading.Override(("models",), [_upstream_model(upstream, model, key)], "--upstream")
+        )
+    elif engine_values:
+        where = _the_embedded_deployment(base, engine_flags, config_file)
+        overrides += [
+            loading.Override((*where, "engine", key), value, _ENGINE_FLAGS[key])
+            for key, value in engine_values.items()
+        ]
+    return loading.override_config(base, overrides)
+
+
+def _upstream_model(base_url: str, model: str | None, api_key: str | None) -> dict[str, Any]:
+    """``--upstream URL [--model NAME]``: NAME (or "*", every model it lists) served by URL."""
+    deployment: dict[str, Any] = {"backend": "openai", "base_url": base_url}
+    if api_key:
+        deployment["api_key"] = api_key
+    name = model if model is not None else gateway.ALL_UPSTREAM_MODELS
+    return {"name": name, "deployments": [deployment]}
+
+
+def _the_embedded_deployment(
+    config: TitanConfig, engine_flags: str, config_file: Path | None
+) -> tuple[str | int, ...]:
+    """The key path of the config's only embedded deployment, which engine flags set."""
+    paths = [
+        ("models", i, "deployments", j)
+        for i, model in enumerate(config.models)
+        for j, deployment in enumerate(model.deployments)
+        if deployment.backend == "embedded"
+    ]
+    if len(paths) != 1:
+        raise ConfigError(
+            f"{engine_flags} set the embedded engine, which needs exactly one embedded "
+            f"deployment in {config_file}; it has {len(paths)}: set these in the file instead"
+        )
+    return paths[0]
 
 
 def run_server(config: TitanConfig) -> int:
@@ -93,12 +176,39 @@ def run_server(config: TitanConfig) -> int:
 
 
 def serve(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A titan.yaml (or .json) config file; see `titan config check`. Without one: "
+            "the embedded model, or --upstream.",
+        ),
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve an OpenAI-compatible server through Titan instead of the embedded "
+            "model, e.g. http://host:8000/v1 (vLLM, SGLang, TGI, Ollama, llama.cpp, OpenAI): "
+            "every model it lists, or only --model.",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            help=f"The --upstream's API key (default: ${UPSTREAM_API_KEY_ENV}, which, unlike "
+            "a flag, other users cannot see in the process list).",
+        ),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default: 8000).")] = None,
     model: Annotated[
         str | None,
         typer.Option(
-            help="A .gguf file or an HF model directory (default: SmolLM2-135M-Instruct)."
+            help="Without --upstream: the embedded model, a .gguf file or an HF model directory "
+            "(default: SmolLM2-135M-Instruct). With --upstream: the upstream's model to serve "
+            "(default: every model it lists)."
         ),
     ] = None,
     served_model_name: Annotated[
@@ -125,12 +235,23 @@ def serve(
         int | None, typer.Option(help="Torch threads for the engine (default: cores - 1).")
     ] = None,
     log_level: Annotated[
-        str, typer.Option(help="debug, info, warning, error or critical.")
-    ] = "info",
+        str | None,
+        typer.Option(help="debug, info, warning, error or critical (default: info)."),
+    ] = None,
 ) -> None:
-    """Serve the OpenAI-compatible API with the embedded model."""
+    """Serve the OpenAI-compatible API: the embedded model, an --upstream, or a --config file.
+
+    Later wins: the config file (or the defaults), TITAN_<SECTION>__<KEY> variables, the flags.
+
+    The engine flags (--model to --num-threads) set the embedded model.
+
+    With --config they need a file with exactly one embedded deployment, which they then set.
+    """
     try:
         config = build_config(
+            config_file=config_file,
+            upstream=upstream,
+            api_key=api_key,
             host=host,
             port=port,
             log_level=log_level,
@@ -146,7 +267,7 @@ def serve(
             num_threads=num_threads,
         )
         exit_code = run_server(config)
-    except TitanError as exc:  # a bad flag, or an engine config the engine refuses
+    except TitanError as exc:  # a bad flag or file, or an engine config the engine refuses
         typer.echo(f"titan serve: {exc.message}", err=True)
         raise typer.Exit(2) from None
     raise typer.Exit(exit_code)
@@ -164,6 +285,8 @@ def build_cli() -> typer.Typer:
     cli.callback()(lambda: None)
     cli.command("serve")(serve)
     cli.add_typer(bench_app, name="bench")
+    cli.add_typer(config_app, name="config")
+    cli.command("simulate")(simulate)
     return cli
 
 

@@ -22,9 +22,12 @@ from titan.protocol.common import (
     make_id,
 )
 from titan.protocol.completions import Completion, CompletionChoice, CompletionRequest
+from titan.protocol.envelope import ClientRequest, Endpoint
 from titan.protocol.models import ModelCard, ModelList
+from titan.protocol.raw import Answer, RawJSON, answer_bytes
 
 __all__ = [
+    "Answer",
     "ChatChunkChoice",
     "ChatCompletion",
     "ChatCompletionChoice",
@@ -36,15 +39,19 @@ __all__ = [
     "ChatRequestMessage",
     "ChatTokenLogprob",
     "ChatTopLogprob",
+    "ClientRequest",
     "Completion",
     "CompletionChoice",
     "CompletionLogprobs",
     "CompletionRequest",
+    "Endpoint",
     "ModelCard",
     "ModelList",
     "PromptTokensDetails",
+    "RawJSON",
     "StreamOptions",
     "TextContentPart",
     "Usage",
+    "answer_bytes",
     "make_id",
 ]

@@ -1,6 +1,7 @@
 """The request pipeline between the HTTP layer and the backends; no HTTP types here."""
 
+from titan.service.attempts import Routed
 from titan.service.pipeline import Pipeline, build_pipeline
-from titan.service.streaming import close_stream, start_stream
+from titan.service.streaming import close_stream
 
-__all__ = ["Pipeline", "build_pipeline", "close_stream", "start_stream"]
+__all__ = ["Pipeline", "Routed", "build_pipeline", "close_stream"]

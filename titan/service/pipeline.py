@@ -1,109 +1,222 @@
-"""The request pipeline. For now: resolve the model name to a backend, then call it.
+"""The request pipeline: resolve the model, then run the request on its deployments.
 
-Later steps (authenticate, admit, context, cache, route, record) slot in around the backend call;
-routes stay thin because everything between parsing and serializing happens here.
+Later steps (authenticate, admit, context, cache, record) slot in around ``_route`` and the
+runner; routes stay thin because everything between parsing and serializing happens here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+import random
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from titan.backends import Backend, EmbeddedBackend
-from titan.config import TitanConfig
-from titan.errors import ModelNotFoundError, ServiceUnavailableError
-from titan.protocol import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionRequest,
-    Completion,
-    CompletionRequest,
-    ModelCard,
-    ModelList,
-)
-from titan.service.streaming import start_stream
+from titan.backends import Backend, create_backend
+from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
+from titan.errors import InvalidRequestError, ModelNotFoundError, ServiceUnavailableError
+from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
+from titan.router.deployment import DeploymentState
+from titan.router.registry import Registry, RoutedModel
+from titan.router.retry import HedgeBudget
+from titan.service.attempts import AttemptRunner, Routed
+from titan.service.probes import run_probes
+from titan.service.traits import request_traits
 
 logger = logging.getLogger(__name__)
 
 
 class Pipeline:
-    def __init__(self, backends: Sequence[Backend]):
-        self._backends = tuple(backends)
+    def __init__(
+        self,
+        config: TitanConfig,
+        *,
+        backend_factory: Callable[..., Backend] = create_backend,
+        now: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ):
+        self.config = config
+        self._factory = backend_factory
+        self._now = now
+        self._rng = rng or random.Random()
+        # (model config, deployment index, backend) for every configured deployment.
+        self._planned: list[tuple[ModelConfig, int, Backend]] = [
+            (model, index, self._create(model, index, model.name))
+            for model in config.models
+            for index in range(len(model.deployments))
+        ]
+        self.registry: Registry | None = None
+        self.runner: AttemptRunner | None = None
+        self._probe_task: asyncio.Task[None] | None = None
+
+    def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
+        deployment = model.deployments[index]
+        label = deployment.name or f"{name or deployment.backend}-{index}"
+        return self._factory(deployment, model_name=name, name=label)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     @property
     def is_ready(self) -> bool:
-        return all(backend.is_ready for backend in self._backends)
+        return self.registry is not None and all(b.is_ready for b in self.backends())
+
+    def backends(self) -> list[Backend]:
+        if self.registry is None:
+            return [backend for _, _, backend in self._planned]
+        return [d.backend for m in self.registry.models.values() for d in m.deployments]
 
     async def start(self) -> None:
-        """Start every backend (model loads happen here; this can take a while)."""
-        await asyncio.gather(*(backend.start() for backend in self._backends))
+        """Start every backend (model loads happen here; this can take a while), discover the
+        models of wildcard upstreams, then start routing and the health probes."""
+        await asyncio.gather(*(backend.start() for _, _, backend in self._planned))
+        models: dict[str, list[DeploymentState]] = {}
+        configs: dict[str, ModelConfig] = {}
+        for model, index, backend in self._planned:
+            if model.name == ALL_UPSTREAM_MODELS:
+                await self._discover(model, index, backend, models, configs)
+                continue
+            name = model.name or backend.model_ids[0]
+            models.setdefault(name, []).append(self._state(model, index, backend))
+            configs[name] = model
+        self.registry = Registry(
+            (self._routed(name, states, configs[name]) for name, states in models.items()),
+            self._rng,
+        )
+        self.runner = AttemptRunner(
+            self.registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
+        )
+        if self.config.probes.enabled:
+            self._probe_task = asyncio.create_task(run_probes(self.registry, self.config.probes))
+
+    async def _discover(
+        self,
+        model: ModelConfig,
+        index: int,
+        backend: Backend,
+        models: dict[str, list[DeploymentState]],
+        configs: dict[str, ModelConfig],
+    ) -> None:
+        deployment = model.deployments[index]
+        assert isinstance(deployment, OpenAIDeployment)
+        listed = await backend.list_models()  # type: ignore[attr-defined]
+        await backend.shutdown()  # the discovery client; each model gets its own below
+        if not listed:
+            raise ServiceUnavailableError(f"{deployment.base_url} lists no models to serve")
+        for name in listed:
+            served = self._create(model, index, name)
+            await served.start()
+            models.setdefault(name, []).append(self._state(model, index, served))
+            configs[name] = model.model_copy(update={"name": name})
+        logger.info("serving the upstream's models", extra={"models": listed})
+
+    def _state(self, model: ModelConfig, index: int, backend: Backend) -> DeploymentState:
+        deployment = model.deployments[index]
+        return DeploymentState.create(
+            backend.name,
+            backend,
+            weight=deployment.weight,
+            max_concurrency=deployment.max_concurrency,
+            timeouts=deployment.timeouts,
+            breaker=self.config.breaker,
+            now=self._now,
+        )
+
+    def _routed(self, name: str, states: list[DeploymentState], model: ModelConfig) -> RoutedModel:
+        return RoutedModel(
+            name=name,
+            deployments=states,
+            routing=model.routing or self.config.routing,
+            fallbacks=list(model.fallbacks),
+            splits=list(model.splits),
+            tiers=list(model.tiers),
+            hedge_budget=HedgeBudget(self.config.hedge),
+        )
 
     async def shutdown(self) -> None:
-        for backend in self._backends:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            await asyncio.gather(self._probe_task, return_exceptions=True)
+        for backend in self.backends():
             try:
                 await backend.shutdown()
             except Exception:
-                logger.exception("backend shutdown failed", extra={"backend": repr(backend)})
+                logger.exception("backend shutdown failed", extra={"backend": backend.name})
 
     # ---- models --------------------------------------------------------------------------
 
     def model_ids(self) -> list[str]:
-        return [model_id for backend in self._backends for model_id in backend.model_ids]
+        return list(self.registry.models) if self.registry is not None else []
 
     def list_models(self) -> ModelList:
-        return ModelList(
-            data=[
-                backend.model_card(model_id)
-                for backend in self._backends
-                for model_id in backend.model_ids
-            ]
-        )
-
-    def stats(self) -> dict[str, dict[str, Any]]:
-        """Each ready model's operational counters, by model id."""
-        return {
-            model_id: backend.stats()
-            for backend in self._backends
-            if backend.is_ready
-            for model_id in backend.model_ids
-        }
+        return ModelList(data=[self.get_model(name) for name in self.model_ids()])
 
     def get_model(self, model_id: str) -> ModelCard:
-        return self._backend_for(model_id).model_card(model_id)
+        model = self._model(model_id)
+        return model.deployments[0].backend.model_card(model.name)
 
-    def _backend_for(self, model: str | None) -> Backend:
-        for backend in self._backends:
-            # No model named: the first served model, as vLLM does.
-            if (model is None and backend.model_ids) or model in backend.model_ids:
-                return backend
-        if not self.is_ready:
-            raise ServiceUnavailableError("The model is still loading; retry shortly.")
-        raise ModelNotFoundError(model or "", self.model_ids())
+    def stats(self) -> dict[str, Any]:
+        if self.registry is None:
+            return {}
+        return {
+            name: {
+                "requests": model.num_requests,
+                "served_as_fallback": model.num_fallbacks,
+                "hedges": model.hedge_budget.num_hedges,
+                "deployments": {
+                    d.name: {
+                        **d.snapshot(),
+                        "backend": d.backend.stats() if d.backend.is_ready else {},
+                    }
+                    for d in model.deployments
+                },
+            }
+            for name, model in self.registry.models.items()
+        }
 
-    # ---- completions ---------------------------------------------------------------------
+    def _model(self, name: str | None) -> RoutedModel:
+        if self.registry is None:
+            raise ServiceUnavailableError("The models are still loading; retry shortly.")
+        if name is None:  # no model named: the first configured one, as vLLM does
+            return next(iter(self.registry.models.values()))
+        model = self.registry.models.get(name)
+        if model is None:
+            raise ModelNotFoundError(name, self.model_ids())
+        return model
 
-    async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion:
-        return await self._backend_for(request.model).chat_completion(request)
+    # ---- requests ------------------------------------------------------------------------
 
-    async def chat_completion_stream(
-        self, request: ChatCompletionRequest
-    ) -> AsyncIterator[ChatCompletionChunk]:
-        """A started stream: refusals raise here, before the first chunk is handed out."""
-        backend = self._backend_for(request.model)
-        return await start_stream(backend.chat_completion_stream(request))
+    def _route(self, request: ClientRequest) -> tuple[RoutedModel, Any, float | None]:
+        asked = self._model(request.model)
+        traits = request_traits(request, asked.routing.prefix_chars)
+        model = self.registry.resolve(asked.name, traits) or asked  # type: ignore[union-attr]
+        model.num_requests += 1
+        return model, traits, self._deadline(request)
 
-    async def completion(self, request: CompletionRequest) -> Completion:
-        return await self._backend_for(request.model).completion(request)
+    def _deadline(self, request: ClientRequest) -> float | None:
+        header = request.headers.get("x-titan-timeout")
+        if header is None:
+            return None
+        try:
+            seconds = float(header)
+        except ValueError:
+            seconds = -1.0
+        if not seconds > 0:
+            raise InvalidRequestError(
+                f"Invalid x-titan-timeout header {header!r}: give the request's total deadline "
+                "in seconds, e.g. 'x-titan-timeout: 30'."
+            )
+        return self._now() + seconds
 
-    async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
-        backend = self._backend_for(request.model)
-        return await start_stream(backend.completion_stream(request))
+    async def complete(self, request: ClientRequest) -> Routed[Answer]:
+        model, traits, deadline = self._route(request)
+        return await self.runner.complete(request, model, traits, deadline)  # type: ignore[union-attr]
+
+    async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
+        """A started stream: refusals (and retries) happen before the first chunk is handed out."""
+        model, traits, deadline = self._route(request)
+        return await self.runner.stream(request, model, traits, deadline)  # type: ignore[union-attr]
 
 
 def build_pipeline(config: TitanConfig) -> Pipeline:
-    """The pipeline a config describes: for now, the one embedded model."""
-    return Pipeline([EmbeddedBackend(config.embedded)])
+    return Pipeline(config)

@@ -5,15 +5,15 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from titan.api.parsing import parse_body
+from titan.api.parsing import parse_client_request
 from titan.api.responses import answer, answer_stream
 from titan.api.state import pipeline_of
 from titan.protocol import ChatCompletionRequest
 
 
 async def create_chat_completion(request: Request) -> Response:
-    body = await parse_body(request, ChatCompletionRequest)
+    client_request = await parse_client_request(request, "chat", ChatCompletionRequest)
     pipeline = pipeline_of(request)
-    if body.stream:
-        return await answer_stream(request, pipeline.chat_completion_stream(body))
-    return await answer(request, pipeline.chat_completion(body))
+    if client_request.is_stream:
+        return await answer_stream(request, client_request, pipeline.stream(client_request))
+    return await answer(request, client_request, pipeline.complete(client_request))

@@ -1,8 +1,6 @@
-"""Titan's settings: typed, frozen, unknown keys rejected.
-
-Small on purpose for now: the HTTP server and the one embedded model. Model fields left as None
-take the engine's own defaults (``titan.engine.config.EngineConfig``), so each default lives in
-one place.
+"""Settings shared by every concern: the base class, byte sizes, the HTTP server, and the
+embedded engine's settings. Engine fields left as None take the engine's own defaults
+(``titan.engine.config.EngineConfig``), so each default lives in one place.
 """
 
 from __future__ import annotations
@@ -48,23 +46,31 @@ def parse_byte_size(text: str) -> int:
 
 
 def _byte_size(value: Any) -> Any:
-    return parse_byte_size(value) if isinstance(value, str) else value
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse_byte_size(value)
+    except ConfigError as exc:
+        # A ValueError lets pydantic report it at the field's key path, with the other problems.
+        raise ValueError(exc.message) from None
 
 
 ByteSize = Annotated[int, BeforeValidator(_byte_size), Field(gt=0)]
 
 
-class _Settings(BaseModel):
+class Settings(BaseModel):
+    """Typed, frozen, unknown keys rejected."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ServerConfig(_Settings):
+class ServerConfig(Settings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     log_level: LogLevel = "info"
 
 
-class EmbeddedModelConfig(_Settings):
+class EmbeddedModelConfig(Settings):
     """What ``titan.backends.embedded`` turns into an EngineConfig; None: the engine's default."""
 
     model: str | None = None  # a .gguf file or an HF directory; None: the bundled SmolLM2
@@ -83,8 +89,3 @@ class EmbeddedModelConfig(_Settings):
     def explicit_settings(self) -> dict[str, Any]:
         """Only the fields that were set, for building the engine's own config."""
         return {name: value for name, value in self.model_dump().items() if value is not None}
-
-
-class TitanConfig(_Settings):
-    server: ServerConfig = ServerConfig()
-    embedded: EmbeddedModelConfig = EmbeddedModelConfig()

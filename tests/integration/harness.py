@@ -1,0 +1,61 @@
+"""Titan's app served by a real uvicorn in a background thread, for gateway tests over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import uvicorn
+
+from titan.api import create_app
+from titan.config import TitanConfig, config_from_mapping
+
+STARTUP_TIMEOUT_S = 30
+
+
+@contextmanager
+def running_titan(config: TitanConfig | dict) -> Iterator[str]:
+    """The base URL of a ready Titan serving ``config`` (a TitanConfig or its mapping)."""
+    if not isinstance(config, TitanConfig):
+        config = config_from_mapping(config, "test config")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            loop="asyncio",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=1,
+        )
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("titan did not become ready")
+            try:
+                if server.started and httpx.get(f"{base_url}/ready").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)
+        yield base_url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=STARTUP_TIMEOUT_S)
+        sock.close()
+
+
+def deployment_stats(base_url: str, model: str) -> dict[str, dict]:
+    return httpx.get(f"{base_url}/stats").json()["models"][model]["deployments"]

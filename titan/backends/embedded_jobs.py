@@ -1,0 +1,136 @@
+"""Embedded requests as engine jobs: one job per choice of each prompt (n x prompts), and the
+usage they add up to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from titan.backends.embedded_convert import (
+    chat_messages,
+    check_chat_supported,
+    check_completion_supported,
+    choice_seed,
+    resolve_max_tokens,
+    sampling_params,
+)
+from titan.engine.outputs import TokenLogprob
+from titan.engine.sampling import SamplingParams
+from titan.errors import InvalidRequestError
+from titan.protocol import ChatCompletionRequest, CompletionRequest, Usage
+
+
+@dataclass(frozen=True)
+class Job:
+    """One engine request: one choice of one prompt."""
+
+    choice_index: int  # prompt_index * n + i
+    prompt_index: int
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    priority: int = 0
+
+
+@dataclass
+class ChoiceResult:
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+
+
+def usage_of(jobs: list[Job], results: list[ChoiceResult]) -> Usage:
+    """Prompt tokens once per prompt (not once per choice), completion tokens summed.
+
+    The n choices of a prompt share it, and only one of them had to compute it: the prompt's
+    cached count is the smallest any of its choices saw.
+    """
+    num_prompt_tokens: dict[int, int] = {}
+    num_cached_tokens: dict[int, int] = {}
+    for job, result in zip(jobs, results, strict=True):
+        num_prompt_tokens[job.prompt_index] = len(job.prompt_token_ids)
+        previous = num_cached_tokens.get(job.prompt_index, result.num_cached_tokens)
+        num_cached_tokens[job.prompt_index] = min(previous, result.num_cached_tokens)
+    return Usage.of(
+        sum(num_prompt_tokens.values()),
+        sum(result.num_output_tokens for result in results),
+        sum(num_cached_tokens.values()),
+    )
+
+
+def chat_jobs(engine: Any, request: ChatCompletionRequest, request_id: str) -> list[Job]:
+    check_chat_supported(request)
+    tokenizer = engine.tokenizer
+    text = tokenizer.apply_chat_template(chat_messages(request), add_generation_prompt=True)
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    max_tokens = resolve_max_tokens(
+        request.max_output_tokens, len(prompt_ids), engine.max_model_len, "messages"
+    )
+    return [
+        Job(
+            choice_index=i,
+            prompt_index=0,
+            request_id=f"{request_id}-{i}",
+            prompt_token_ids=prompt_ids,
+            params=sampling_params(
+                request,
+                max_tokens=max_tokens,
+                num_logprobs=request.num_logprobs,
+                seed=choice_seed(request.seed, i),
+            ),
+            priority=request.priority,
+        )
+        for i in range(request.n)
+    ]
+
+
+def _completion_prompt(engine: Any, prompt: str | list[int]) -> list[int]:
+    tokenizer = engine.tokenizer
+    if isinstance(prompt, str):
+        # As vLLM: a raw prompt gets the tokenizer's special tokens (BOS, if it has one).
+        token_ids = tokenizer.encode(prompt, add_special_tokens=True)
+    else:
+        out_of_range = [token for token in prompt if token >= tokenizer.vocab_size]
+        if out_of_range:
+            raise InvalidRequestError(
+                f"Invalid value for 'prompt': token id {out_of_range[0]} is out of range "
+                f"(the vocabulary has {tokenizer.vocab_size} tokens).",
+                param="prompt",
+            )
+        token_ids = prompt
+    if not token_ids:
+        raise InvalidRequestError("Invalid value for 'prompt': it is empty.", param="prompt")
+    return token_ids
+
+
+def completion_jobs(
+    engine: Any, request: CompletionRequest, request_id: str
+) -> tuple[list[Job], list[str]]:
+    """The jobs, and each prompt's text (for echo)."""
+    check_completion_supported(request)
+    jobs: list[Job] = []
+    prompt_texts: list[str] = []
+    for prompt_index, prompt in enumerate(request.prompts):
+        prompt_ids = _completion_prompt(engine, prompt)
+        if isinstance(prompt, str):
+            prompt_texts.append(prompt)
+        else:
+            prompt_texts.append(engine.tokenizer.decode(prompt) if request.echo else "")
+        max_tokens = resolve_max_tokens(
+            request.max_tokens, len(prompt_ids), engine.max_model_len, "prompt"
+        )
+        for i in range(request.n):
+            params = sampling_params(
+                request,
+                max_tokens=max_tokens,
+                num_logprobs=request.logprobs,
+                seed=choice_seed(request.seed, i),
+            )
+            choice_index = prompt_index * request.n + i
+            job_id = f"{request_id}-{choice_index}"
+            jobs.append(
+                Job(choice_index, prompt_index, job_id, prompt_ids, params, request.priority)
+            )
+    return jobs, prompt_texts

@@ -1,0 +1,59 @@
+"""Titan's configuration: typed, frozen pydantic models, unknown keys rejected.
+
+``TitanConfig`` is the root; with no file it serves the embedded SmolLM2 model.
+"""
+
+from titan.config.gateway import (
+    ALL_UPSTREAM_MODELS,
+    BreakerConfig,
+    Deployment,
+    EmbeddedDeployment,
+    HedgeConfig,
+    ModelConfig,
+    OpenAIDeployment,
+    ProbeConfig,
+    RetryConfig,
+    RoutingConfig,
+    SimulatedDeployment,
+    SplitConfig,
+    TierRule,
+    Timeouts,
+    TitanConfig,
+)
+from titan.config.loading import config_from_mapping, describe, load_config
+from titan.config.settings import (
+    EmbeddedModelConfig,
+    LogLevel,
+    ServerConfig,
+    Settings,
+    parse_byte_size,
+)
+from titan.config.simulation import Outage, SimulationProfile
+
+__all__ = [
+    "ALL_UPSTREAM_MODELS",
+    "BreakerConfig",
+    "Deployment",
+    "EmbeddedDeployment",
+    "EmbeddedModelConfig",
+    "HedgeConfig",
+    "LogLevel",
+    "ModelConfig",
+    "OpenAIDeployment",
+    "Outage",
+    "ProbeConfig",
+    "RetryConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "Settings",
+    "SimulatedDeployment",
+    "SimulationProfile",
+    "SplitConfig",
+    "TierRule",
+    "Timeouts",
+    "TitanConfig",
+    "config_from_mapping",
+    "describe",
+    "load_config",
+    "parse_byte_size",
+]

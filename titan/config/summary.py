@@ -1,0 +1,159 @@
+"""A config in a few lines of plain text (``titan config check``), secrets shown as ``***``."""
+
+from __future__ import annotations
+
+from titan.config.gateway import (
+    ALL_UPSTREAM_MODELS,
+    BreakerConfig,
+    Deployment,
+    EmbeddedDeployment,
+    HedgeConfig,
+    ModelConfig,
+    OpenAIDeployment,
+    ProbeConfig,
+    RetryConfig,
+    RoutingConfig,
+    Timeouts,
+    TitanConfig,
+)
+from titan.config.simulation import SimulationProfile
+
+SECRET_MASK = "***"
+
+
+def describe(config: TitanConfig) -> str:
+    """Models → deployments, fallbacks, splits, tiers, then the routing and transient settings."""
+    server = config.server
+    lines = [f"server: {server.host}:{server.port}, log level {server.log_level}", "models:"]
+    for model in config.models:
+        lines += _model(model)
+    lines += [
+        f"routing: {_routing(config.routing)}",
+        f"retry: {_retry(config.retry)}",
+        f"hedge: {_hedge(config.hedge)}",
+        f"breaker: {_breaker(config.breaker)}",
+        f"probes: {_probes(config.probes)}",
+    ]
+    return "\n".join(lines)
+
+
+def _model(model: ModelConfig) -> list[str]:
+    if model.name is None:
+        title = "(the embedded engine's model name)"
+    elif model.name == ALL_UPSTREAM_MODELS:
+        title = "* (every model the upstream lists)"
+    else:
+        title = model.name
+    if model.routing is not None:
+        title += f" [routing: {_routing(model.routing)}]"
+    lines = [f"  {title}"]
+    for index, deployment in enumerate(model.deployments):
+        name = deployment.name or f"{model.name or 'embedded'}-{index}"
+        lines.append(f"    - {name}: {_deployment(deployment)}")
+    if model.fallbacks:
+        lines.append(f"    fallbacks: {' -> '.join(model.fallbacks)}")
+    if model.splits:
+        splits = ", ".join(f"{s.model} (weight {s.weight:g})" for s in model.splits)
+        lines.append(f"    splits: {splits}")
+    for tier in model.tiers:
+        rule = (
+            f"prompt <= {tier.max_prompt_chars} chars"
+            if tier.max_prompt_chars is not None
+            else f"last user message matches /{tier.pattern}/"
+        )
+        lines.append(f"    tier: {rule} -> {tier.model}")
+    return lines
+
+
+def _deployment(deployment: Deployment) -> str:
+    if isinstance(deployment, OpenAIDeployment):
+        parts = [f"openai {deployment.base_url}"]
+        if deployment.upstream_model:
+            parts.append(f"upstream model {deployment.upstream_model}")
+        parts.append(f"api key {SECRET_MASK if deployment.api_key else 'none'}")
+        if deployment.headers:
+            # Header values often carry credentials: names only.
+            parts.append("headers " + ", ".join(f"{h}={SECRET_MASK}" for h in deployment.headers))
+        if deployment.unsupported_fields:
+            parts.append(f"unsupported fields {', '.join(deployment.unsupported_fields)}")
+    elif isinstance(deployment, EmbeddedDeployment):
+        engine = deployment.engine
+        parts = [f"embedded {engine.model or 'bundled SmolLM2-135M-Instruct'}"]
+        settings = {k: v for k, v in engine.explicit_settings().items() if k != "model"}
+        if "kv_cache_bytes" in settings:
+            settings["kv_cache_bytes"] = f"{settings['kv_cache_bytes'] / 2**20:g}MiB"
+        parts += [f"{key} {value}" for key, value in settings.items()]
+    else:
+        parts = [f"simulated {_profile(deployment.profile)}"]
+    parts.append(f"weight {deployment.weight:g}")
+    if deployment.max_concurrency is not None:
+        parts.append(f"max concurrency {deployment.max_concurrency}")
+    if deployment.timeouts != Timeouts():
+        timeouts = deployment.timeouts
+        parts.append(
+            f"timeouts connect {timeouts.connect_s:g}s, first byte {timeouts.first_byte_s:g}s, "
+            f"stall {timeouts.stall_s:g}s, total {timeouts.total_s:g}s"
+        )
+    return ", ".join(parts)
+
+
+def _profile(profile: SimulationProfile) -> str:
+    parts = [f"(seed {profile.seed}, ttft {profile.ttft_s:g}s"]
+    if profile.spike_probability:
+        parts.append(f"spikes {profile.spike_probability:.0%} x{profile.spike_multiplier:g}")
+    if profile.error_probability:
+        parts.append(f"errors {profile.error_probability:.0%} ({profile.error_status})")
+    if profile.stall_probability:
+        parts.append(f"stalls {profile.stall_probability:.0%}")
+    if profile.reset_probability:
+        parts.append(f"resets {profile.reset_probability:.0%}")
+    if profile.outages:
+        parts.append(f"{len(profile.outages)} outage(s)")
+    return ", ".join(parts) + ")"
+
+
+def _routing(routing: RoutingConfig) -> str:
+    if routing.policy == "prefix_affinity":
+        return (
+            f"prefix_affinity (first {routing.prefix_chars} chars, "
+            f"unless load is {routing.imbalance_factor:g}x imbalanced)"
+        )
+    return routing.policy
+
+
+def _retry(retry: RetryConfig) -> str:
+    statuses = ", ".join(str(s) for s in retry.retry_on_status) or "none"
+    return (
+        f"up to {retry.max_attempts} attempts, backoff {retry.backoff_base_s:g}s doubling to "
+        f"{retry.backoff_max_s:g}s with full jitter; on connection errors, timeouts and "
+        f"statuses {statuses}"
+    )
+
+
+def _hedge(hedge: HedgeConfig) -> str:
+    if not hedge.enabled:
+        return "off"
+    return (
+        f"after the live p{hedge.percentile:g} time to first byte (at least "
+        f"{hedge.min_delay_s:g}s), at most {hedge.max_fraction:.0%} of attempts"
+    )
+
+
+def _breaker(breaker: BreakerConfig) -> str:
+    text = (
+        f"opens after {breaker.consecutive_errors} consecutive errors or "
+        f"{breaker.error_rate:.0%} errors over {breaker.window_s:g}s "
+        f"(at least {breaker.min_requests} requests)"
+    )
+    if breaker.ttfb_p95_s is not None:
+        text += f" or p95 time to first byte over {breaker.ttfb_p95_s:g}s"
+    return (
+        text + f"; half-open after {breaker.open_s:g}s with {breaker.half_open_requests} "
+        "trial request(s)"
+    )
+
+
+def _probes(probes: ProbeConfig) -> str:
+    if not probes.enabled:
+        return "off"
+    return f"every {probes.interval_s:g}s, timeout {probes.timeout_s:g}s"

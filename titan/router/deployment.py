@@ -1,0 +1,86 @@
+"""What the router knows about one deployment: load, latency, health."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from titan.config import BreakerConfig, Timeouts
+from titan.router.breaker import BreakerState, CircuitBreaker
+from titan.router.windows import Clock, Ewma
+
+
+@dataclass
+class DeploymentState:
+    name: str
+    backend: Any  # the Backend serving it (opaque here: the router never calls it)
+    weight: float
+    max_concurrency: int | None
+    timeouts: Timeouts
+    breaker: CircuitBreaker
+    outstanding: int = 0
+    latency: Ewma = field(default_factory=Ewma)  # time to first byte, seconds
+    # Smooth weighted round robin's running weight.
+    round_robin_weight: float = 0.0
+    num_attempts: int = 0
+    num_successes: int = 0
+    num_failures: int = 0
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        backend: Any,
+        *,
+        weight: float,
+        max_concurrency: int | None,
+        timeouts: Timeouts,
+        breaker: BreakerConfig,
+        now: Clock,
+    ) -> DeploymentState:
+        return cls(name, backend, weight, max_concurrency, timeouts, CircuitBreaker(breaker, now))
+
+    @property
+    def is_available(self) -> bool:
+        """Healthy enough (breaker) and below its concurrency cap."""
+        if self.max_concurrency is not None and self.outstanding >= self.max_concurrency:
+            return False
+        return self.breaker.allows()
+
+    def on_start(self) -> None:
+        self.outstanding += 1
+        self.num_attempts += 1
+        self.breaker.on_start()
+
+    def on_success(self, ttfb_s: float) -> None:
+        """The attempt produced its first byte (or its whole answer) after ``ttfb_s``."""
+        self.num_successes += 1
+        self.latency.update(ttfb_s)
+        self.breaker.record_success(ttfb_s)
+
+    def on_failure(self) -> None:
+        self.num_failures += 1
+        self.breaker.record_failure()
+
+    def on_end(self) -> None:
+        """The attempt let go of the deployment (answer sent, stream closed, error, cancelled)."""
+        self.outstanding -= 1
+
+    def snapshot(self) -> dict[str, Any]:
+        breaker = self.breaker
+        return {
+            "deployment": self.name,
+            "state": breaker.state.value,
+            "last_breaker_reason": breaker.last_reason,
+            "breaker_openings": breaker.num_openings,
+            "outstanding": self.outstanding,
+            "ewma_ttfb_s": self.latency.value,
+            "attempts": self.num_attempts,
+            "successes": self.num_successes,
+            "failures": self.num_failures,
+            "weight": self.weight,
+        }
+
+    @property
+    def is_ejected(self) -> bool:
+        return self.breaker.state == BreakerState.OPEN

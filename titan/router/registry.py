@@ -1,0 +1,102 @@
+"""Models and their deployments, and the choices that come before a deployment is picked:
+tiered routing (simple requests to a small model), canary splits, and fallback chains."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from titan.config import HedgeConfig, RoutingConfig, SplitConfig, TierRule
+from titan.router.deployment import DeploymentState
+from titan.router.policies import choose
+from titan.router.retry import HedgeBudget
+from titan.router.windows import LatencyWindow
+
+
+@dataclass(frozen=True)
+class RequestTraits:
+    """What routing looks at in a request (computed once by the service)."""
+
+    prompt_chars: int = 0
+    last_user_text: str = ""
+    session_key: str | None = None  # x-titan-session header or the `user` field
+    prefix_key: str | None = None  # the prompt's first characters
+
+
+@dataclass
+class RoutedModel:
+    name: str
+    deployments: list[DeploymentState]
+    routing: RoutingConfig
+    fallbacks: list[str] = field(default_factory=list)
+    splits: list[SplitConfig] = field(default_factory=list)
+    tiers: list[TierRule] = field(default_factory=list)
+    hedge_budget: HedgeBudget = field(default_factory=lambda: HedgeBudget(HedgeConfig()))
+    ttfb: LatencyWindow = field(default_factory=LatencyWindow)  # successes, for the hedge delay
+    num_requests: int = 0
+    num_fallbacks: int = 0  # requests this model served for another one
+
+    def __post_init__(self) -> None:
+        self._patterns = [re.compile(t.pattern) if t.pattern else None for t in self.tiers]
+
+    def tier_target(self, traits: RequestTraits) -> str | None:
+        for rule, pattern in zip(self.tiers, self._patterns, strict=True):
+            if rule.max_prompt_chars is not None and traits.prompt_chars <= rule.max_prompt_chars:
+                return rule.model
+            if pattern is not None and pattern.search(traits.last_user_text):
+                return rule.model
+        return None
+
+    def affinity_key(self, traits: RequestTraits) -> str | None:
+        if self.routing.policy == "session_affinity":
+            return traits.session_key
+        if self.routing.policy == "prefix_affinity":
+            return traits.prefix_key
+        return None
+
+
+class Registry:
+    def __init__(self, models: Iterable[RoutedModel], rng: random.Random | None = None):
+        self.models = {model.name: model for model in models}
+        self.rng = rng or random.Random()
+
+    def resolve(self, name: str, traits: RequestTraits) -> RoutedModel | None:
+        """The model that serves a request for ``name``: its tier rule's target if one matches,
+        then (once) a canary split by weight."""
+        model = self.models.get(name)
+        if model is None:
+            return None
+        target = model.tier_target(traits)
+        if target is not None:
+            model = self.models[target]
+        if model.splits:
+            draw = self.rng.random()
+            for split in model.splits:
+                if draw < split.weight:
+                    return self.models[split.model]
+                draw -= split.weight
+        return model
+
+    def chain(self, model: RoutedModel) -> list[RoutedModel]:
+        """The model, then its fallbacks (theirs too, depth first), each once."""
+        order: list[RoutedModel] = []
+        pending = [model.name]
+        while pending:
+            name = pending.pop(0)
+            if name in (m.name for m in order):
+                continue
+            current = self.models[name]
+            order.append(current)
+            pending = current.fallbacks + pending
+        return order
+
+    def pick(
+        self, model: RoutedModel, traits: RequestTraits, exclude: set[str]
+    ) -> DeploymentState | None:
+        """An available deployment of ``model`` not in ``exclude`` (already tried), or None."""
+        candidates = [d for d in model.deployments if d.name not in exclude and d.is_available]
+        if not candidates:
+            return None
+        return choose(candidates, model.routing, self.rng, affinity_key=model.affinity_key(traits))
