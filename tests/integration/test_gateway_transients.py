@@ -200,3 +200,18 @@ def test_tools_and_vendor_fields_reach_an_openai_upstream_without_a_400(stream):
             assert list(reply)
         else:
             assert reply.choices
+
+
+def test_upstream_without_a_model_name_serves_every_model_it_lists():
+    """`titan serve --upstream URL` without --model: the upstream's /models become Titan's."""
+    from titan.cli.main import build_config
+
+    with running_simulator(SimulationProfile(ttft_s=0.002), model="upstream-llm") as upstream:
+        config = build_config(upstream=f"{upstream}/v1", environ={"TITAN_PROBES__ENABLED": "false"})
+        with running_titan(config) as titan:
+            sdk = client(titan)
+            assert [m.id for m in sdk.models.list()] == ["upstream-llm"]
+            reply = sdk.chat.completions.create(model="upstream-llm", messages=MESSAGES)
+            assert reply.choices[0].message.content
+            with pytest.raises(openai.NotFoundError):
+                sdk.chat.completions.create(model="other", messages=MESSAGES)

@@ -72,3 +72,81 @@ def engine(
         f"Wrote {report.display_path(outcome.markdown_path)} and "
         f"{report.display_path(outcome.json_path)}"
     )
+
+
+@bench_app.command("gateway")
+def gateway(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the gateway section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    duration: Annotated[
+        float | None,
+        typer.Option(min=1, help="Seconds per overhead cell and system (default: 10, 2 quick)."),
+    ] = None,
+    litellm: Annotated[
+        Path | None,
+        typer.Option(
+            help="The LiteLLM proxy's `litellm` script, in its own venv (default: "
+            "/work/litellm-venv/bin/litellm, else `litellm` on PATH; none: LiteLLM skipped)."
+        ),
+    ] = None,
+    wrk: Annotated[str, typer.Option(help="The wrk load generator (overhead phase).")] = "wrk",
+    python_load: Annotated[
+        bool,
+        typer.Option(
+            "--python-load",
+            help="Measure the overhead with the pure-Python client instead of wrk "
+            "(more client CPU on the cores the systems share).",
+        ),
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A smoke run of every phase (seconds each).")
+    ] = False,
+) -> None:
+    """Titan vs direct vs the LiteLLM proxy: per-request overhead and hiding upstream transients."""
+    import shutil
+
+    from rich.console import Console
+
+    from titan.bench import gateway_report
+    from titan.bench.gateway_bench import GatewaySettings, bench_gateway
+    from titan.bench.gateway_systems import default_litellm
+    from titan.bench.processes import ServiceError
+
+    wrk_path = None if python_load else shutil.which(wrk)
+    if not python_load and wrk_path is None:
+        typer.echo(
+            f"titan bench gateway: {wrk!r} not found. The overhead phase uses the wrk load "
+            "generator: install it (Debian/Ubuntu: `sudo apt-get install wrk`), or pass "
+            "--python-load to use the slower pure-Python client.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    litellm_path = str(litellm) if litellm is not None else default_litellm()
+    if litellm is not None and not litellm.exists():
+        typer.echo(f"titan bench gateway: --litellm {litellm} does not exist", err=True)
+        raise typer.Exit(2)
+    overrides: dict = {"wrk": wrk_path, "litellm": litellm_path}
+    if duration is not None:
+        overrides["duration_s"] = duration
+    settings = GatewaySettings.quick(**overrides) if quick else GatewaySettings(**overrides)
+
+    console = Console(log_path=False)
+    if litellm_path is None:
+        console.print("LiteLLM not found: its runs are skipped (--litellm PATH to add them).")
+    try:
+        with console.status("benchmarking") as status:
+
+            def progress(message: str) -> None:
+                console.log(message)
+                status.update(message)
+
+            outcome = bench_gateway(settings, output=output, progress=progress)
+    except ServiceError as exc:
+        typer.echo(f"titan bench gateway: {exc}", err=True)
+        raise typer.Exit(2) from None
+    gateway_report.print_console(outcome.results, console)
+    console.print(
+        f"Wrote {gateway_report.display_path(outcome.markdown_path)} and "
+        f"{gateway_report.display_path(outcome.json_path)}"
+    )

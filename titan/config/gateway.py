@@ -118,20 +118,22 @@ class SplitConfig(Settings):
     """A canary: this share of the model's traffic goes to another configured model."""
 
     model: str
-    weight: float = Field(gt=0)
+    weight: float = Field(gt=0, le=1)  # a share of the traffic: 0.1 sends one request in ten
 
 
 class TierRule(Settings):
     """Tiered routing: a request matching the rule goes to ``model``."""
 
     model: str
-    max_prompt_chars: int | None = Field(None, ge=1)
+    # Prompts up to this many tokens, estimated at 4 characters a token (OpenAI's rule of thumb:
+    # the gateway has no tokenizer for upstream models).
+    max_prompt_tokens: int | None = Field(None, ge=1)
     pattern: str | None = None  # a regular expression searched in the last user message
 
     @model_validator(mode="after")
     def _one_condition(self) -> TierRule:
-        if (self.max_prompt_chars is None) == (self.pattern is None):
-            raise ValueError("a tier rule needs exactly one of max_prompt_chars or pattern")
+        if (self.max_prompt_tokens is None) == (self.pattern is None):
+            raise ValueError("a tier rule needs exactly one of max_prompt_tokens or pattern")
         return self
 
 
@@ -150,6 +152,14 @@ class ModelConfig(Settings):
     def _not_empty(cls, value: list[Deployment]) -> list[Deployment]:
         if not value:
             raise ValueError("a model needs at least one deployment")
+        return value
+
+    @field_validator("splits")
+    @classmethod
+    def _shares(cls, value: list[SplitConfig]) -> list[SplitConfig]:
+        total = sum(split.weight for split in value)
+        if total > 1:
+            raise ValueError(f"split weights are shares of the traffic and add up to {total:g} > 1")
         return value
 
 

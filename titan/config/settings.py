@@ -68,6 +68,9 @@ class ServerConfig(Settings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     log_level: LogLevel = "info"
+    # A request's total deadline (retries, hedges and fallbacks included) unless its
+    # x-titan-timeout header sets one; None: only the per-attempt timeouts bound it.
+    request_timeout_s: float | None = Field(None, gt=0)
 
 
 class EmbeddedModelConfig(Settings):

@@ -57,8 +57,8 @@ def _model(model: ModelConfig) -> list[str]:
         lines.append(f"    splits: {splits}")
     for tier in model.tiers:
         rule = (
-            f"prompt <= {tier.max_prompt_chars} chars"
-            if tier.max_prompt_chars is not None
+            f"prompt <= ~{tier.max_prompt_tokens} tokens"
+            if tier.max_prompt_tokens is not None
             else f"last user message matches /{tier.pattern}/"
         )
         lines.append(f"    tier: {rule} -> {tier.model}")

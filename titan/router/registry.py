@@ -14,12 +14,19 @@ from titan.router.policies import choose
 from titan.router.retry import HedgeBudget
 from titan.router.windows import LatencyWindow
 
+CHARS_PER_TOKEN = 4  # tier rules estimate tokens: the gateway has no upstream tokenizers
+
 
 @dataclass(frozen=True)
 class RequestTraits:
     """What routing looks at in a request (computed once by the service)."""
 
     prompt_chars: int = 0
+
+    @property
+    def estimated_prompt_tokens(self) -> int:
+        return -(-self.prompt_chars // CHARS_PER_TOKEN)
+
     last_user_text: str = ""
     session_key: str | None = None  # x-titan-session header or the `user` field
     prefix_key: str | None = None  # the prompt's first characters
@@ -43,7 +50,8 @@ class RoutedModel:
 
     def tier_target(self, traits: RequestTraits) -> str | None:
         for rule, pattern in zip(self.tiers, self._patterns, strict=True):
-            if rule.max_prompt_chars is not None and traits.prompt_chars <= rule.max_prompt_chars:
+            max_tokens = rule.max_prompt_tokens
+            if max_tokens is not None and traits.estimated_prompt_tokens <= max_tokens:
                 return rule.model
             if pattern is not None and pattern.search(traits.last_user_text):
                 return rule.model

@@ -196,7 +196,8 @@ class Pipeline:
     def _deadline(self, request: ClientRequest) -> float | None:
         header = request.headers.get("x-titan-timeout")
         if header is None:
-            return None
+            default = self.config.server.request_timeout_s
+            return None if default is None else self._now() + default
         try:
             seconds = float(header)
         except ValueError:
