@@ -17,7 +17,7 @@ from titan.errors import (
 from titan.router.deployment import DeploymentState
 from titan.router.policies import choose, rendezvous, smooth_weighted_round_robin
 from titan.router.retry import HedgeBudget, backoff_s, hedge_delay_s, is_retryable, retry_delay_s
-from titan.router.windows import LatencyWindow
+from titan.router.windows import LatencyWindow, PeakEwma
 
 
 def deployment(
@@ -144,3 +144,25 @@ def test_hedge_delay_is_the_live_percentile():
         window.record(0.001 * (i + 1))
     assert hedge_delay_s(window, config) == pytest.approx(0.095)
     assert hedge_delay_s(window, HedgeConfig(enabled=False)) is None
+
+
+def test_peak_ewma_jumps_to_a_spike_and_decays_back():
+    clock = [0.0]
+    latency = PeakEwma(lambda: clock[0], decay_s=1.0)
+    latency.update(0.02)
+    latency.update(0.40)  # a spike: believed at once
+    assert latency.value == 0.40
+    clock[0] = 5.0  # long after: the next normal sample pulls it almost all the way back
+    latency.update(0.02)
+    assert 0.02 < latency.value < 0.03
+
+
+def test_p2c_steers_around_a_replica_right_after_a_spike():
+    clock = [0.0]
+    spiky, steady = deployment("spiky"), deployment("steady")
+    for state in (spiky, steady):
+        state.latency = PeakEwma(lambda: clock[0], decay_s=1.0)
+        state.latency.update(0.02)
+    spiky.latency.update(0.4)
+    steady.outstanding = 10  # even a busy steady replica wins over a fresh spike
+    assert choose([spiky, steady], RoutingConfig(), random.Random(0)) is steady

@@ -85,7 +85,18 @@ async def test_a_503_is_retried_on_the_other_deployment():
     result = await attempt_runner.complete(request(), model, TRAITS, None)
     assert result.value.parsed() == {"from": "b"}
     assert (result.deployment, result.num_attempts, result.model) == ("b", 2, "m")
-    assert len(pauses) == 1  # one backoff between the attempts
+    assert pauses == []  # a fresh deployment is tried at once: no backoff, no Retry-After
+    assert all(d.outstanding == 0 for d in model.deployments)
+
+
+async def test_retry_after_and_backoff_apply_once_every_deployment_was_tried():
+    a = ScriptedBackend("a", [fail(503, retry_after=0.5)])
+    b = ScriptedBackend("b", [fail(503, retry_after=0.7)])
+    model = routed("m", [a, b])
+    attempt_runner, _, pauses = runner([model], RetryConfig(max_attempts=4, backoff_base_s=0.01))
+    result = await attempt_runner.complete(request(), model, TRAITS, None)
+    # a (503) → b at once (503) → both tried: wait the last Retry-After → either one (ok).
+    assert result.num_attempts == 3 and pauses == [0.7]
     assert all(d.outstanding == 0 for d in model.deployments)
 
 

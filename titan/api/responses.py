@@ -27,17 +27,11 @@ COMMIT_AFTER_S = 2.0
 # nginx's code for "client closed request": never seen by the client, but shows in access logs.
 CLIENT_CLOSED_REQUEST = 499
 
-_EXHAUSTED: Any = object()
-
 
 def json_response(payload: BaseModel, status_code: int = 200) -> Response:
     return Response(
         payload.model_dump_json(), status_code=status_code, media_type="application/json"
     )
-
-
-async def _next(events: AsyncIterator[bytes]) -> bytes:
-    return await anext(events, _EXHAUSTED)
 
 
 def _body_message(body: bytes, is_last: bool = False) -> Message:
@@ -86,22 +80,32 @@ class EventStreamResponse(Response):
             raise sending.exception()  # type: ignore[misc]
 
     async def _send_events(self, send: Send) -> None:
-        pending: asyncio.Future[bytes] | None = None
-        try:
+        # Events go out as they come (no task per event: this is the hot path of every stream);
+        # a ticker beside it sends a keep-alive comment whenever the stream has been quiet.
+        lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        last_sent = loop.time()
+
+        async def send_body(body: bytes, is_last: bool = False) -> None:
+            nonlocal last_sent
+            async with lock:
+                await send(_body_message(body, is_last))
+            last_sent = loop.time()
+
+        async def keep_alive() -> None:
             while True:
-                pending = asyncio.ensure_future(_next(self.events))
-                while not (await asyncio.wait({pending}, timeout=self.keep_alive_interval_s))[0]:
-                    await send(_body_message(KEEP_ALIVE))
-                event, pending = pending.result(), None
-                if event is _EXHAUSTED:
-                    break
-                await send(_body_message(event))
-            await send(_body_message(b"", is_last=True))
+                await asyncio.sleep(max(0.0, last_sent + self.keep_alive_interval_s - loop.time()))
+                if loop.time() - last_sent >= self.keep_alive_interval_s:
+                    await send_body(KEEP_ALIVE)
+
+        ticker = asyncio.ensure_future(keep_alive())
+        try:
+            async for event in self.events:
+                await send_body(event)
+            await send_body(b"", is_last=True)
         finally:
-            # The iterator cannot be closed while a __anext__ is running on it.
-            if pending is not None:
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
+            ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
             await close_stream(self.events)
 
 

@@ -5,10 +5,11 @@ as JSON in bench/out/."""
 from __future__ import annotations
 
 import platform
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from titan.bench import results_file
 from titan.bench.report import default_command, display_path, machine_info, write_json
 
 if TYPE_CHECKING:
@@ -16,40 +17,22 @@ if TYPE_CHECKING:
 
 __all__ = ["default_command", "display_path", "machine_info", "write_json"]
 
-SECTION_START = "<!-- gateway-bench:start -->"
-SECTION_END = "<!-- gateway-bench:end -->"
-RESULTS_TITLE = "# Benchmark results\n"
+SECTION_START, SECTION_END = results_file.markers("gateway")
 SYSTEM_LABELS = {"direct": "direct", "titan": "Titan", "litellm": "LiteLLM"}
 TRANSIENT_LABELS = {
-    "direct": "direct, round robin over both upstreams",
-    "titan_no_fault": "Titan, both upstreams healthy (no-fault baseline)",
+    "direct": "direct, round robin",
+    "titan_no_fault": "Titan, no faults (baseline)",
     "titan": "Titan",
-    "litellm": "LiteLLM (retries and cooldowns)",
+    "litellm": "LiteLLM",
 }
 
 
 def write_section(path: Path, section: str) -> Path:
-    """Put ``section`` (markers included) in ``path``: in place of the previous gateway section
-    if there is one, else at the end. Everything else in the file stays as it was."""
-    section = section.strip("\n")
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{RESULTS_TITLE}\n{section}\n")
-        return path
-    text = path.read_text()
-    start = text.find(SECTION_START)
-    end = text.find(SECTION_END, start + 1) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        text = text[:start] + section + text[end + len(SECTION_END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-    return path
+    return results_file.write_section(path, section, "gateway")
 
 
 def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return out_dir / f"gateway-{stamp}.json"
+    return results_file.json_path_for(out_dir, "gateway", now)
 
 
 def versions(wrk: str | None, litellm: str | None) -> dict[str, str | None]:
@@ -102,7 +85,7 @@ _OVERHEAD_HEADER = [
 ]  # fmt: skip
 _TRANSIENT_HEADER = [
     "run", "requests", "RPS", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "max (ms)", "client errors",
-    "retried",
+    "retried or hedged",
 ]  # fmt: skip
 _TARGET_HEADER = ["check", "measured", "target", "result"]
 
@@ -146,7 +129,10 @@ def _target_rows(results: dict[str, Any]) -> list[list[str]]:
     rows = []
     for t in results["targets"]:
         sign = "≥" if t["comparison"] == ">=" else "≤"
-        measured = "–" if t["value"] is None else f"{t['value']:.2f}{t['unit']}"
+        if t["value"] is None:
+            measured = "–"
+        else:
+            measured = f"{t['value']:.2f}{t['unit']}" if t["unit"] else f"{t['value']:g}"
         target = f"{sign} {t['target']:.2f}{t['unit']}" if t["unit"] else f"{sign} {t['target']:g}"
         rows.append([t["name"], measured, target, "PASS" if t["passed"] else "MISS"])
     return rows
@@ -202,7 +188,6 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     settings = results["meta"]["settings"]
-    overhead, transients = results["overhead"], results["transients"]
     concurrencies = ", ".join(str(c) for c in settings["concurrencies"])
     lines = _header_lines(results)
     lines += ["### Targets", "", *_table(_TARGET_HEADER, _target_rows(results)), ""]
@@ -224,10 +209,27 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "",
     ]
     lines += _transients_lines(results)
-    lines += ["### Commands and configs", ""]
+    lines += _commands_and_configs(results)
+    if json_name:
+        lines += [f"Raw numbers (every transients request included): `{json_name}`.", ""]
+    lines.append(SECTION_END)
+    return "\n".join(lines) + "\n"
+
+
+def _commands_and_configs(results: dict[str, Any]) -> list[str]:
+    overhead, transients = results["overhead"], results["transients"]
+    lines = ["### Commands and configs", "", "Overhead:", ""]
     lines += [f"- `{command}`" for command in overhead["service_commands"].values()]
     example = next(reversed(overhead["commands"].values()), "")
-    lines += [f"- load, e.g.: `{example}`", ""]
+    lines += [
+        f"- load, e.g.: `{example}`",
+        "",
+        "Transients (fresh processes and ports per run):",
+        "",
+    ]
+    for name, run in transients["runs"].items():
+        lines += [f"- {TRANSIENT_LABELS[name]}: " + "; ".join(f"`{c}`" for c in run["commands"])]
+    lines += ["", "<details><summary>Profiles, configs and scripts</summary>", ""]
     lines += ["Upstream profile (overhead; the healthy upstream of the transients):", ""]
     lines += [*_yaml(overhead["profile"]), "", "Faulty upstream profile (transients):", ""]
     lines += [*_yaml(transients["faulty_profile"]), "", "Titan, overhead:", ""]
@@ -235,24 +237,18 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     titan_run = transients["runs"].get("titan")
     if titan_run is not None:
         lines += ["Titan, transients (ports vary per run):", "", *_yaml(titan_run["config"]), ""]
-        lines += [
-            "Its defaults in effect (nothing tuned):",
-            "",
-            *_yaml(transients["titan_defaults"]),
-            "",
-        ]
+        defaults = transients["titan_defaults"]
+        lines += ["Its defaults in effect (nothing tuned):", "", *_yaml(defaults), ""]
     if overhead["litellm_config"] is not None:
         lines += ["LiteLLM, overhead:", "", *_yaml(overhead["litellm_config"]), ""]
         litellm_run = transients["runs"].get("litellm")
         if litellm_run is not None:
             lines += ["LiteLLM, transients:", "", *_yaml(litellm_run["config"]), ""]
-        lines += ["LiteLLM's environment:", "", *_yaml(overhead["litellm_env"]), ""]
+        lines += ["LiteLLM's environment (and `LITELLM_MASTER_KEY`, random per run):", ""]
+        lines += [*_yaml(overhead["litellm_env"]), ""]
     for mode, script in overhead["wrk_scripts"].items():
         lines += [f"wrk script, {mode}:", "", "```lua", script.rstrip("\n"), "```", ""]
-    if json_name:
-        lines += [f"Raw numbers (every transients request included): `{json_name}`.", ""]
-    lines.append(SECTION_END)
-    return "\n".join(lines) + "\n"
+    return [*lines, "</details>", ""]
 
 
 def _transients_lines(results: dict[str, Any]) -> list[str]:
@@ -271,9 +267,11 @@ def _transients_lines(results: dict[str, Any]) -> list[str]:
         "asyncio client (raw HTTP/1.1 keep-alive connections), after a short warm-up. Direct: "
         "the client alternates the two upstreams request by request and sees every fault. "
         "Each run starts its upstreams fresh, after the proxy is up, so every run meets the "
-        "same outage at about the same time. Client errors: a status other than 2xx, a reset "
-        "or a timeout. Retried: answers Titan needed more than one attempt for "
-        "(`x-titan-attempts`). Latency percentiles are over successful requests.",
+        "same outage at about the same time. Titan runs with every default (below); LiteLLM "
+        "with its router's retries and cooldowns (`num_retries: 2, allowed_fails: 3, "
+        "cooldown_time: 10`). Client errors: a status other than 2xx, or a transport error "
+        "(reset, refused, timeout). Retried or hedged: answers for which Titan made more than "
+        "one attempt (`x-titan-attempts`). Latency percentiles are over successful requests.",
         "",
         *_table(_TRANSIENT_HEADER, _transient_rows(results)),
         "",
@@ -300,19 +298,29 @@ def _transients_lines(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+_CONSOLE_HEADERS = {
+    "Overhead (ms; mode json: whole answers, sse: streams)": [
+        "mode", "c", "system", "RPS", "p50", "p99", "+p50", "+p99", "RSS MiB", "errors",
+    ],
+    "Transients (ms)": [
+        "run", "requests", "RPS", "p50", "p99", "p99.9", "max", "errors", "retried",
+    ],
+    "Targets": _TARGET_HEADER,
+}  # fmt: skip
+_CONSOLE_MODES = {"non-streaming": "json", "streaming": "sse"}
+
+
 def print_console(results: dict[str, Any], console: Console) -> None:
+    """The same tables as the Markdown, with headers short enough for a terminal."""
     from rich.table import Table
 
-    for title, header, rows in (
-        ("Overhead", _OVERHEAD_HEADER, _overhead_rows(results)),
-        ("Transients", _TRANSIENT_HEADER, _transient_rows(results)),
-        ("Targets", _TARGET_HEADER, _target_rows(results)),
-    ):
+    overhead = [[_CONSOLE_MODES[row[0]], *row[1:]] for row in _overhead_rows(results)]
+    all_rows = (overhead, _transient_rows(results), _target_rows(results))
+    for (title, header), rows in zip(_CONSOLE_HEADERS.items(), all_rows, strict=True):
         table = Table(title=title)
         for column in header:
-            table.add_column(
-                column, justify="left" if column in ("mode", "system", "run", "check") else "right"
-            )
+            is_text = column in ("mode", "system", "run", "check")
+            table.add_column(column, justify="left" if is_text else "right")
         for row in rows:
             if title == "Targets":
                 style = "green" if row[-1] == "PASS" else "red"

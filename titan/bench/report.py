@@ -7,17 +7,17 @@ import os
 import platform
 import shlex
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from titan.bench import results_file
+
 if TYPE_CHECKING:
     from rich.console import Console
 
-SECTION_START = "<!-- engine-bench:start -->"
-SECTION_END = "<!-- engine-bench:end -->"
-RESULTS_TITLE = "# Benchmark results\n"
+SECTION_START, SECTION_END = results_file.markers("engine")
 
 SYSTEM_LABELS = {
     "titan": "Titan engine (continuous batching)",
@@ -27,27 +27,11 @@ SYSTEM_LABELS = {
 
 
 def write_section(path: Path, section: str) -> Path:
-    """Put ``section`` (markers included) in ``path``: in place of the previous engine section if
-    there is one, else at the end. Everything else in the file stays as it was."""
-    section = section.strip("\n")
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{RESULTS_TITLE}\n{section}\n")
-        return path
-    text = path.read_text()
-    start = text.find(SECTION_START)
-    end = text.find(SECTION_END, start + 1) if start >= 0 else -1
-    if start >= 0 and end >= 0:
-        text = text[:start] + section + text[end + len(SECTION_END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-    return path
+    return results_file.write_section(path, section, "engine")
 
 
 def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return out_dir / f"engine-{stamp}.json"
+    return results_file.json_path_for(out_dir, "engine", now)
 
 
 def write_json(path: Path, results: dict[str, Any]) -> Path:

@@ -24,7 +24,7 @@ class CircuitBreaker:
     def __init__(self, config: BreakerConfig, now: Clock):
         self.config = config
         self._now = now
-        self.window = OutcomeWindow(config.window_s, now)
+        self.window = OutcomeWindow(config.window_s, now, slow_s=config.ttfb_p95_s)
         self._state = BreakerState.CLOSED
         self._opened_at = 0.0
         self._consecutive_errors = 0
@@ -58,9 +58,16 @@ class CircuitBreaker:
             self._close()
             return
         self.window.record(True, ttfb_s)
-        p95 = self._ttfb_p95()
-        if self.config.ttfb_p95_s is not None and p95 is not None and p95 > self.config.ttfb_p95_s:
-            self._open(f"p95 time to first byte {p95:.3f}s > {self.config.ttfb_p95_s}s")
+        threshold = self.config.ttfb_p95_s
+        if (
+            threshold is not None
+            and self.window.num_timed >= self.config.min_requests
+            and self.window.slow_share > 0.05  # more than 5% slower: the p95 is above it
+        ):
+            self._open(
+                f"p95 time to first byte over {threshold}s "
+                f"({self.window.slow_share:.0%} of first bytes slower)"
+            )
 
     def record_failure(self) -> None:
         self._consecutive_errors += 1
@@ -83,9 +90,6 @@ class CircuitBreaker:
             self.record_failure()
         elif self.state == BreakerState.HALF_OPEN:
             self._close()
-
-    def _ttfb_p95(self) -> float | None:
-        return self.window.ttfb_percentile(95, min_samples=self.config.min_requests)
 
     def _open(self, reason: str) -> None:
         self._state = BreakerState.OPEN

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from titan.config import BreakerConfig, Timeouts
 from titan.router.breaker import BreakerState, CircuitBreaker
-from titan.router.windows import Clock, Ewma
+from titan.router.windows import Clock, PeakEwma
 
 
 @dataclass
@@ -18,8 +18,8 @@ class DeploymentState:
     max_concurrency: int | None
     timeouts: Timeouts
     breaker: CircuitBreaker
+    latency: PeakEwma  # time to first byte, seconds
     outstanding: int = 0
-    latency: Ewma = field(default_factory=Ewma)  # time to first byte, seconds
     # Smooth weighted round robin's running weight.
     round_robin_weight: float = 0.0
     num_attempts: int = 0
@@ -38,7 +38,15 @@ class DeploymentState:
         breaker: BreakerConfig,
         now: Clock,
     ) -> DeploymentState:
-        return cls(name, backend, weight, max_concurrency, timeouts, CircuitBreaker(breaker, now))
+        return cls(
+            name,
+            backend,
+            weight,
+            max_concurrency,
+            timeouts,
+            CircuitBreaker(breaker, now),
+            latency=PeakEwma(now),
+        )
 
     @property
     def is_available(self) -> bool:

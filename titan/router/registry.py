@@ -100,6 +100,11 @@ class Registry:
             pending = current.fallbacks + pending
         return order
 
+    def has_untried(self, model: RoutedModel, tried: set[str]) -> bool:
+        """Whether an available deployment of ``model`` is not in ``tried`` (changes nothing,
+        unlike ``pick``, whose round robin advances)."""
+        return any(d.name not in tried and d.is_available for d in model.deployments)
+
     def pick(
         self, model: RoutedModel, traits: RequestTraits, exclude: set[str]
     ) -> DeploymentState | None:

@@ -38,9 +38,8 @@ def backoff_s(num_failed: int, config: RetryConfig, rng: random.Random) -> float
 def retry_delay_s(
     error: BaseException, num_failed: int, config: RetryConfig, rng: random.Random
 ) -> float:
-    """The pause before the next attempt. An upstream's Retry-After is about *that* upstream: the
-    next attempt goes elsewhere when it can, so the hint only stretches the pause when the same
-    deployment is the only one left (the caller decides; here it is capped by backoff_max)."""
+    """The pause before another attempt on a deployment that already failed (a retry on a fresh
+    deployment does not wait). The upstream's Retry-After stretches it, capped by backoff_max."""
     delay = backoff_s(num_failed, config, rng)
     hint = retry_after(error)
     if hint is not None:

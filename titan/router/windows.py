@@ -14,17 +14,30 @@ from dataclasses import dataclass
 Clock = Callable[[], float]
 
 
-class Ewma:
-    """Exponentially weighted moving average; None until the first sample."""
+class PeakEwma:
+    """A latency estimate that jumps up to a slow sample at once and decays back over time
+    (Finagle's peak EWMA): one spike makes a replica look slow right away, so load balancing
+    steers around a replica with latency spikes instead of averaging them away. None until the
+    first sample."""
 
-    def __init__(self, alpha: float = 0.3):
-        self.alpha = alpha
-        self.value: float | None = None
+    def __init__(self, now: Clock, decay_s: float = 2.0):
+        self._now = now
+        self.decay_s = decay_s
+        self._value: float | None = None
+        self._at = 0.0
+
+    @property
+    def value(self) -> float | None:
+        return self._value
 
     def update(self, sample: float) -> None:
-        self.value = (
-            sample if self.value is None else self.value + self.alpha * (sample - self.value)
-        )
+        now = self._now()
+        if self._value is None or sample >= self._value:
+            self._value = sample
+        else:
+            keep = math.exp(-(now - self._at) / self.decay_s)
+            self._value = self._value * keep + sample * (1.0 - keep)
+        self._at = now
 
 
 @dataclass(frozen=True)
@@ -41,41 +54,66 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 class OutcomeWindow:
-    """Outcomes of the last ``window_s`` seconds: error rate and time-to-first-byte percentiles."""
+    """Outcomes of the last ``window_s`` seconds, with running counts so that every question is
+    O(1) per request: the error rate, and the share of successes slower than ``slow_s`` (the p95
+    of time to first byte exceeds ``slow_s`` exactly when more than 5% of them are slower)."""
 
-    def __init__(self, window_s: float, now: Clock, max_samples: int = 4096):
+    def __init__(self, window_s: float, now: Clock, slow_s: float | None = None):
         self.window_s = window_s
         self._now = now
-        self._outcomes: deque[Outcome] = deque(maxlen=max_samples)
+        self._slow_s = slow_s
+        self._outcomes: deque[Outcome] = deque()
+        self._num_failures = 0
+        self._num_timed = 0
+        self._num_slow = 0
+
+    def _is_slow(self, outcome: Outcome) -> bool:
+        return (
+            self._slow_s is not None
+            and outcome.ttfb_s is not None
+            and outcome.ttfb_s > self._slow_s
+        )
+
+    def _count(self, outcome: Outcome, sign: int) -> None:
+        self._num_failures += sign * (not outcome.is_success)
+        self._num_timed += sign * (outcome.ttfb_s is not None)
+        self._num_slow += sign * self._is_slow(outcome)
 
     def record(self, is_success: bool, ttfb_s: float | None = None) -> None:
-        self._outcomes.append(Outcome(self._now(), is_success, ttfb_s))
+        outcome = Outcome(self._now(), is_success, ttfb_s)
+        self._outcomes.append(outcome)
+        self._count(outcome, +1)
+        self._prune()
 
     def clear(self) -> None:
         self._outcomes.clear()
+        self._num_failures = self._num_timed = self._num_slow = 0
 
-    def _recent(self) -> deque[Outcome]:
+    def _prune(self) -> None:
         horizon = self._now() - self.window_s
         while self._outcomes and self._outcomes[0].at < horizon:
-            self._outcomes.popleft()
-        return self._outcomes
+            self._count(self._outcomes.popleft(), -1)
 
     @property
     def num_outcomes(self) -> int:
-        return len(self._recent())
+        self._prune()
+        return len(self._outcomes)
+
+    @property
+    def num_timed(self) -> int:
+        self._prune()
+        return self._num_timed
 
     @property
     def error_rate(self) -> float:
-        recent = self._recent()
-        if not recent:
-            return 0.0
-        return sum(not o.is_success for o in recent) / len(recent)
+        self._prune()
+        return self._num_failures / len(self._outcomes) if self._outcomes else 0.0
 
-    def ttfb_percentile(self, q: float, min_samples: int = 1) -> float | None:
-        values = sorted(o.ttfb_s for o in self._recent() if o.ttfb_s is not None)
-        if len(values) < min_samples:
-            return None
-        return percentile(values, q)
+    @property
+    def slow_share(self) -> float:
+        """The share of timed successes slower than ``slow_s``."""
+        self._prune()
+        return self._num_slow / self._num_timed if self._num_timed else 0.0
 
 
 class LatencyWindow:

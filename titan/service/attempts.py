@@ -159,7 +159,10 @@ class AttemptRunner:
                         raise
                     last_error = error
                     num_failed += 1
-                if num_failed < self.retry.max_attempts:
+                # Another deployment is a fresh start: go at once. Only a retry on one that
+                # already failed waits (backoff, and that upstream's Retry-After).
+                is_last = num_failed >= self.retry.max_attempts
+                if not is_last and not self.registry.has_untried(current, tried):
                     await self._pause(last_error, num_failed, attempts)
         if last_error is not None:
             raise last_error
