@@ -36,6 +36,8 @@ def chat_prompts(tokenizer) -> dict[str, list[int]]:
 def test_one_at_a_time_equals_all_at_once_with_chunking_and_preemption(dtype):
     greedy = SamplingParams(max_tokens=40, temperature=0.0)
     alone = Engine(EngineConfig(dtype=dtype, enable_prefix_caching=False))
+    if dtype != "float32" and not alone.runner.model.gemms_are_row_invariant():
+        pytest.skip(f"this CPU's {dtype} GEMM is not row-invariant (oneDNN AMX): see ARCHITECTURE")
     prompts = chat_prompts(alone.tokenizer)
     assert min(map(len, prompts.values())) < 64 < max(map(len, prompts.values()))
     expected = {}

