@@ -79,6 +79,23 @@ class RateLimitError(TitanError):
     def __init__(self, message: str, *, retry_after: float | None = None, code: str | None = None):
         super().__init__(message, code=code)
         self.retry_after = retry_after
+        # x-ratelimit-* headers of the limit that refused (OpenAI's names).
+        self.headers: dict[str, str] = {}
+
+
+class QuotaExceededError(RateLimitError):
+    """A key's or tenant's budget is spent (429, OpenAI's ``insufficient_quota``)."""
+
+    error_type = "insufficient_quota"
+    default_code = "insufficient_quota"
+
+
+class PermissionDeniedError(TitanError):
+    """The key is valid but not allowed to do this (a model outside its policy, admin routes)."""
+
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "permission_denied"
 
 
 class ServiceUnavailableError(TitanError):
@@ -87,6 +104,17 @@ class ServiceUnavailableError(TitanError):
     status_code = 503
     error_type = "service_unavailable"
     default_code = "service_unavailable"
+
+
+class OverloadedError(ServiceUnavailableError):
+    """Admission refused or dropped the request: the queue is full, or the request cannot be
+    served within its deadline (503 with Retry-After)."""
+
+    default_code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: float | None = None, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
 
 
 class EngineError(TitanError):

@@ -11,6 +11,8 @@ from titan.api import create_app
 from titan.backends.embedded import EmbeddedBackend
 from titan.config import TitanConfig
 from titan.service import Pipeline
+from titan.storage import Storage
+from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 
 
 def fake_pipeline(engine: FakeEngine, config: TitanConfig) -> Pipeline:
@@ -21,7 +23,8 @@ def fake_pipeline(engine: FakeEngine, config: TitanConfig) -> Pipeline:
             deployment, model_name=model_name, name=name, engine_factory=engine.factory
         )
 
-    return Pipeline(config, backend_factory=factory)
+    memory = Storage("memory://", MemoryDocuments(), MemoryCounters(), MemoryLimits())
+    return Pipeline(config, backend_factory=factory, storage=memory)
 
 
 def make_app(engine: FakeEngine, config: TitanConfig | None = None) -> Starlette:

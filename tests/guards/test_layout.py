@@ -28,15 +28,22 @@ ALLOWED = {
     "titan.service": {
         "titan.backends",
         "titan.cache",
+        "titan.limits",
+        "titan.storage",
         "titan.router",
         "titan.protocol",
         "titan.observability",
     },
     "titan.cache": set(),
+    "titan.storage": set(),
+    # Limits use the storage protocols only, never a concrete store (see test below).
+    "titan.limits": {"titan.storage"},
     "titan.backends": {"titan.protocol", "titan.observability", "titan.simulate"},
     "titan.bench": {"titan.bench"},
     "titan.cli": {
         "titan.api",
+        "titan.limits",
+        "titan.storage",
         "titan.bench",
         "titan.service",
         "titan.observability",
@@ -96,6 +103,12 @@ def test_import_rules():
         if (why := rule_violation(module_name(path), imported))
     ]
     assert not violations, "\n".join(violations)
+
+
+def test_limits_use_the_storage_protocols_only():
+    for path in (PACKAGE / "limits").rglob("*.py"):
+        stores = {i for i in titan_imports(path) if i.startswith("titan.storage")}
+        assert stores <= {"titan.storage.base"}, f"{module_name(path)} imports {stores}"
 
 
 def test_engine_imports_nothing_from_titan_but_errors():

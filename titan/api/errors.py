@@ -47,11 +47,11 @@ def error_body(exc: BaseException) -> dict[str, Any]:
 
 
 def error_response(exc: TitanError) -> Response:
-    headers = None
+    headers = dict(getattr(exc, "headers", None) or {})  # x-ratelimit-* on rate limits
     retry_after = getattr(exc, "retry_after", None)  # rate limits, upstream refusals, 503s
-    if retry_after is not None:
-        headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
-    return _json(exc.to_body(), exc.status_code, headers)
+    if retry_after is not None and math.isfinite(retry_after):
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+    return _json(exc.to_body(), exc.status_code, headers or None)
 
 
 # ---- request validation ------------------------------------------------------------------
@@ -115,7 +115,8 @@ def invalid_json(exc: orjson.JSONDecodeError) -> InvalidRequestError:
 
 
 async def _titan_error_handler(request: Request, exc: TitanError) -> Response:
-    if exc.status_code >= 500:
+    # 503s are refusals under load (admission logs each one itself), not failures.
+    if exc.status_code >= 500 and exc.status_code != 503:
         logger.error("request failed: %s", exc.message, extra={"path": request.url.path})
     return error_response(exc)
 

@@ -19,8 +19,9 @@ M = TypeVar("M", bound=BaseModel)
 # Far above any prompt a context window holds; stops a client from filling memory.
 MAX_BODY_BYTES = 32 * 1024**2
 MAX_REQUEST_ID_CHARS = 128
-# Headers that steer the pipeline: a session for affinity routing, a total deadline.
-ROUTING_HEADERS = ("x-titan-session", "x-titan-timeout")
+# Headers that steer the pipeline: a session for affinity routing, a total deadline, the
+# admission deadline and priority class.
+ROUTING_HEADERS = ("x-titan-session", "x-titan-timeout", "x-titan-deadline", "x-titan-priority")
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
@@ -83,4 +84,16 @@ async def parse_client_request(
             for name in ROUTING_HEADERS
             if (value := request.headers.get(name)) is not None
         },
+        api_key=presented_api_key(request),
+        client_host=request.client.host if request.client else None,
     )
+
+
+def presented_api_key(request: Request) -> str | None:
+    """``Authorization: Bearer KEY`` (the openai SDK), else ``api-key`` (Azure's SDKs) or
+    ``x-api-key``."""
+    authorization = request.headers.get("authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        return credentials.strip()
+    return request.headers.get("api-key") or request.headers.get("x-api-key") or None

@@ -132,6 +132,7 @@ def routed_headers(client_request: ClientRequest, routed: Routed[Any] | None) ->
         headers["x-titan-model"] = routed.model
         headers["x-titan-deployment"] = routed.deployment
         headers["x-titan-attempts"] = str(routed.num_attempts)
+        headers.update(routed.headers)
     return headers
 
 

@@ -150,3 +150,65 @@ def gateway(
         f"Wrote {gateway_report.display_path(outcome.markdown_path)} and "
         f"{gateway_report.display_path(outcome.json_path)}"
     )
+
+
+@bench_app.command("admission")
+def admission(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the admission section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    duration: Annotated[
+        float | None,
+        typer.Option(min=0.5, help="Seconds of arrivals per goodput point (default: 15)."),
+    ] = None,
+    max_queue: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="admission.max_queue with admission on (default: half the deadline's worth "
+            "of waiting, 40).",
+        ),
+    ] = None,
+    redis_url: Annotated[
+        str,
+        typer.Option(
+            help="Redis for the replicas phase: redis://HOST:PORT (an empty database of 15..1 "
+            "is claimed and cleaned afterwards) or redis://HOST:PORT/N (N must be empty)."
+        ),
+    ] = "redis://127.0.0.1:6379",
+    skip_replicas: Annotated[
+        bool, typer.Option("--skip-replicas", help="No replicas phase (no Redis needed).")
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="A smoke run of every phase (seconds each).")
+    ] = False,
+) -> None:
+    """Admission control: goodput under overload (on vs off), and a limit shared by 2 replicas."""
+    from rich.console import Console
+
+    from titan.bench.admission import AdmissionSettings, bench_admission, print_console
+    from titan.bench.processes import ServiceError
+    from titan.bench.report import display_path
+
+    overrides: dict = {"redis_url": None if skip_replicas else redis_url}
+    if duration is not None:
+        overrides["duration_s"] = duration
+    if max_queue is not None:
+        overrides["max_queue"] = max_queue
+    settings = AdmissionSettings.quick(**overrides) if quick else AdmissionSettings(**overrides)
+    console = Console(log_path=False)
+    try:
+        with console.status("benchmarking") as status:
+
+            def progress(message: str) -> None:
+                console.log(message)
+                status.update(message)
+
+            outcome = bench_admission(settings, output=output, progress=progress)
+    except (ServiceError, RuntimeError, OSError) as exc:
+        typer.echo(f"titan bench admission: {exc}", err=True)
+        raise typer.Exit(2) from None
+    print_console(outcome.results, console)
+    console.print(
+        f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
+    )

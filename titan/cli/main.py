@@ -12,6 +12,7 @@ import typer
 
 from titan.cli.bench import bench_app
 from titan.cli.config import config_app
+from titan.cli.keys import keys_app
 from titan.cli.simulate import simulate
 from titan.config import TitanConfig, gateway, loading
 from titan.errors import ConfigError, TitanError
@@ -54,6 +55,8 @@ def build_config(
     num_kv_blocks: int | None = None,
     max_model_len: int | None = None,
     num_threads: int | None = None,
+    storage: str | None = None,
+    allow_unauthenticated: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> TitanConfig:
     """The config the serve flags describe. Raises ConfigError naming the bad flag or key.
@@ -97,6 +100,12 @@ def build_config(
         for key, value in server_values.items()
         if value is not None
     ]
+    if storage is not None:
+        overrides.append(loading.Override(("storage",), storage, "--storage"))
+    if allow_unauthenticated:
+        overrides.append(
+            loading.Override(("auth", "allow_unauthenticated"), True, "--allow-unauthenticated")
+        )
     if upstream is not None:
         key = api_key if api_key is not None else environ.get(UPSTREAM_API_KEY_ENV)
         overrides.append(
@@ -238,6 +247,20 @@ def serve(
         str | None,
         typer.Option(help="debug, info, warning, error or critical (default: info)."),
     ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Where keys, usage and limits live: memory://, sqlite:///PATH (default: "
+            "sqlite:///~/.local/share/titan/titan.db) or redis://HOST:PORT/DB (replicas)."
+        ),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve a non-loopback --host without API keys (refused otherwise).",
+        ),
+    ] = False,
 ) -> None:
     """Serve the OpenAI-compatible API: the embedded model, an --upstream, or a --config file.
 
@@ -265,6 +288,8 @@ def serve(
             num_kv_blocks=num_kv_blocks,
             max_model_len=max_model_len,
             num_threads=num_threads,
+            storage=storage,
+            allow_unauthenticated=allow_unauthenticated,
         )
         exit_code = run_server(config)
     except TitanError as exc:  # a bad flag or file, or an engine config the engine refuses
@@ -286,6 +311,7 @@ def build_cli() -> typer.Typer:
     cli.command("serve")(serve)
     cli.add_typer(bench_app, name="bench")
     cli.add_typer(config_app, name="config")
+    cli.add_typer(keys_app, name="keys")
     cli.command("simulate")(simulate)
     return cli
 

@@ -13,6 +13,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from titan.config.admission import (
+    DEFAULT_STORAGE,
+    AdmissionConfig,
+    AuthConfig,
+    DegradationConfig,
+    ModelLimits,
+    Price,
+    TenantConfig,
+)
 from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -159,6 +168,12 @@ class ModelConfig(Settings):
     routing: RoutingConfig | None = None  # None: the global routing
     splits: list[SplitConfig] = Field(default_factory=list)
     tiers: list[TierRule] = Field(default_factory=list)
+    # Admission: limits over all the model's traffic, and requests at once before they queue
+    # (None: the sum of the deployments' max_concurrency, if each has one; else no queue).
+    limits: ModelLimits = ModelLimits()
+    max_concurrency: int | None = Field(None, ge=1)
+    price: Price | None = None
+    degradation: DegradationConfig | None = None
 
     @field_validator("deployments")
     @classmethod
@@ -188,6 +203,11 @@ class TitanConfig(Settings):
     hedge: HedgeConfig = HedgeConfig()
     breaker: BreakerConfig = BreakerConfig()
     probes: ProbeConfig = ProbeConfig()
+    # memory://, sqlite:///path (default: durable keys and usage), redis://host:port/db (replicas)
+    storage: str = DEFAULT_STORAGE
+    auth: AuthConfig = AuthConfig()
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    admission: AdmissionConfig = AdmissionConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:
@@ -222,6 +242,12 @@ def _check_references(index: int, model: ModelConfig, known: set[str]) -> None:
     targets = [(f"fallbacks[{j}]", name) for j, name in enumerate(model.fallbacks)]
     targets += [(f"splits[{j}].model", split.model) for j, split in enumerate(model.splits)]
     targets += [(f"tiers[{j}].model", tier.model) for j, tier in enumerate(model.tiers)]
+    if model.degradation is not None:
+        targets += [
+            (f"degradation.steps[{j}].model", step.model)
+            for j, step in enumerate(model.degradation.steps)
+            if step.model is not None
+        ]
     for key, target in targets:
         where = f"models[{index}].{key}"
         if target == ALL_UPSTREAM_MODELS:

@@ -17,7 +17,9 @@ from titan.config.problems import suggestion
 
 ENV_PREFIX = "TITAN_"
 # The sections whose scalar settings environment variables may override.
-ENV_SECTIONS = ("server", "routing", "retry", "hedge", "breaker", "probes")
+ENV_SECTIONS = ("server", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission")
+# Top-level settings that a variable of their own name overrides: TITAN_STORAGE=redis://...
+ENV_TOP_LEVEL = ("storage",)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[list[Override], list[str]
     """
     overrides, problems = [], []
     for name in sorted(environ):
+        top_level = name[len(ENV_PREFIX) :].lower()
+        if name.startswith(ENV_PREFIX) and top_level in ENV_TOP_LEVEL:
+            origin = f"environment variable {name}"
+            overrides.append(Override((top_level,), environ[name], origin))
+            continue
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from titan.protocol.chat import ChatCompletionRequest
@@ -25,6 +25,33 @@ class ClientRequest:
     # Headers that steer routing and deadlines (x-titan-session, x-titan-timeout, ...),
     # lower-cased names.
     headers: Mapping[str, str] = field(default_factory=dict)
+    # The API key the client presented (Authorization: Bearer, or api-key / x-api-key), if any,
+    # and the client's address (limits for requests without a key).
+    api_key: str | None = field(default=None, repr=False)
+    client_host: str | None = None
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        parsed = self.parsed
+        if isinstance(parsed, ChatCompletionRequest):
+            return parsed.max_output_tokens
+        return parsed.max_tokens
+
+    def with_max_output_tokens(self, cap: int) -> ClientRequest:
+        """The same request with its output capped at ``cap`` tokens (graceful degradation)."""
+        current = self.max_output_tokens
+        if current is not None and current <= cap:
+            return self
+        body = dict(self.body)
+        if isinstance(self.parsed, ChatCompletionRequest):
+            body.pop("max_completion_tokens", None)
+            parsed = self.parsed.model_copy(
+                update={"max_tokens": cap, "max_completion_tokens": None}
+            )
+        else:
+            parsed = self.parsed.model_copy(update={"max_tokens": cap})
+        body["max_tokens"] = cap
+        return replace(self, parsed=parsed, body=body)
 
     @property
     def is_stream(self) -> bool:

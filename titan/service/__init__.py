@@ -1,7 +1,8 @@
 """The request pipeline between the HTTP layer and the backends; no HTTP types here."""
 
+from titan.service.admin import AdminService, parse_time
 from titan.service.attempts import Routed
 from titan.service.pipeline import Pipeline, build_pipeline
 from titan.service.streaming import close_stream
 
-__all__ = ["Pipeline", "Routed", "build_pipeline", "close_stream"]
+__all__ = ["AdminService", "Pipeline", "Routed", "build_pipeline", "close_stream", "parse_time"]

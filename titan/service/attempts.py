@@ -14,7 +14,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from titan.config import HedgeConfig, RetryConfig
@@ -43,6 +43,8 @@ class Routed(Generic[T]):
     model: str
     deployment: str
     num_attempts: int
+    # Admission's headers for the client: x-ratelimit-*, x-titan-degraded.
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

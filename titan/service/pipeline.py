@@ -17,14 +17,24 @@ from typing import Any
 from titan.backends import Backend, create_backend
 from titan.cache.embedder import Embedder
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
-from titan.errors import InvalidRequestError, ModelNotFoundError, ServiceUnavailableError
+from titan.errors import (
+    InvalidRequestError,
+    ModelNotFoundError,
+    OverloadedError,
+    ServiceUnavailableError,
+)
+from titan.observability.metrics import TitanMetrics
 from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RoutedModel
 from titan.router.retry import HedgeBudget
+from titan.service.accounting import StreamMeter, canned_answer, canned_stream, usage_of
+from titan.service.admission import CHARS_PER_TOKEN, Caller, Gatekeeper, Ticket
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.probes import run_probes
+from titan.service.streaming import close_stream
 from titan.service.traits import request_traits
+from titan.storage import Storage, open_storage
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +47,13 @@ class Pipeline:
         backend_factory: Callable[..., Backend] = create_backend,
         now: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        storage: Storage | None = None,
     ):
         self.config = config
+        self.storage = storage
+        self._owns_storage = False  # close only a storage it opened itself
+        self.metrics = TitanMetrics(frozenset(config.tenants))
+        self.gate: Gatekeeper | None = None
         self._factory = backend_factory
         self._now = now
         self._rng = rng or random.Random()
@@ -70,8 +85,12 @@ class Pipeline:
         return [d.backend for m in self.registry.models.values() for d in m.deployments]
 
     async def start(self) -> None:
-        """Start every backend (model loads happen here; this can take a while), discover the
-        models of wildcard upstreams, then start routing and the health probes."""
+        """Open the storage, start every backend (model loads happen here; this can take a
+        while), discover the models of wildcard upstreams, then start admission, routing and the
+        health probes."""
+        if self.storage is None:
+            self.storage = await open_storage(self.config.storage)
+            self._owns_storage = True
         await asyncio.gather(*(backend.start() for _, _, backend in self._planned))
         models: dict[str, list[DeploymentState]] = {}
         configs: dict[str, ModelConfig] = {}
@@ -87,6 +106,10 @@ class Pipeline:
             self._rng,
         )
         await self._load_classifiers(registry)
+        self.gate = Gatekeeper(self.config, self.storage, self.metrics, now=self._now)
+        await self.gate.start(
+            {name: self._capacity(configs[name], states) for name, states in models.items()}
+        )
         self.runner = AttemptRunner(
             registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
         )
@@ -129,6 +152,15 @@ class Pipeline:
                 for rule in model.tiers
             ]
 
+    @staticmethod
+    def _capacity(model: ModelConfig, states: list[DeploymentState]) -> int | None:
+        """Requests the model runs at once before admission queues: its max_concurrency, else
+        the sum of its deployments' (when each has one), else no cap."""
+        if model.max_concurrency is not None:
+            return model.max_concurrency
+        caps = [d.max_concurrency for d in states]
+        return None if None in caps else sum(caps)  # type: ignore[arg-type]
+
     def _state(self, model: ModelConfig, index: int, backend: Backend) -> DeploymentState:
         deployment = model.deployments[index]
         return DeploymentState.create(
@@ -161,6 +193,10 @@ class Pipeline:
                 await backend.shutdown()
             except Exception:
                 logger.exception("backend shutdown failed", extra={"backend": backend.name})
+        if self.gate is not None:
+            await self.gate.close()
+        if self.storage is not None and self._owns_storage:
+            await self.storage.close()
 
     # ---- models --------------------------------------------------------------------------
 
@@ -177,11 +213,13 @@ class Pipeline:
     def stats(self) -> dict[str, Any]:
         if self.registry is None:
             return {}
+        gate = self.gate
         return {
             name: {
                 "requests": model.num_requests,
                 "served_as_fallback": model.num_fallbacks,
                 "hedges": model.hedge_budget.num_hedges,
+                "admission": gate.snapshot(name) if gate is not None else {},
                 "deployments": {
                     d.name: {
                         **d.snapshot(),
@@ -231,14 +269,92 @@ class Pipeline:
             )
         return self._now() + seconds
 
-    async def complete(self, request: ClientRequest) -> Routed[Answer]:
+    async def _admit(
+        self, request: ClientRequest
+    ) -> tuple[ClientRequest, RoutedModel, Any, float | None, Ticket | str]:
+        """Authenticate, route, check the policy, degrade, reserve limits and queue. The last
+        item is the ticket to finish, or a configured reply (cache-only degradation)."""
+        gate = self.gate
+        if gate is None:
+            raise ServiceUnavailableError("The models are still loading; retry shortly.")
+        caller: Caller = await gate.authenticate(request)
+        admission_deadline = gate.deadline(request)
         model, traits, deadline = await self._route(request)
-        return await self.runner.complete(request, model, traits, deadline)  # type: ignore[union-attr]
+        await gate.check_policy(caller, request.model or model.name)
+        degradation = gate.degradation(model.name, caller)
+        if (step := degradation.step("fallback_model")) is not None:
+            model = self._model(step.model)
+        if (step := degradation.step("cap_max_tokens")) is not None:
+            request = request.with_max_output_tokens(step.max_tokens)  # type: ignore[arg-type]
+        if (step := degradation.step("cache_only")) is not None:
+            # No cache hit to serve yet (the response cache comes later): the configured reply,
+            # else a refusal that says why.
+            gate.metrics.degraded.labels(model.name, "cache_only").inc()
+            if step.reply is not None:
+                return request, model, traits, deadline, step.reply
+            error = OverloadedError(
+                f"Model '{model.name}' is overloaded and answers requests of the "
+                f"{caller.priority} class from the cache only; nothing is cached for this one. "
+                "Retry later.",
+                retry_after=self.config.admission.default_deadline_s / 4,
+                code="degraded_cache_only",
+            )
+            gate.refused(model.name, error, caller)
+            raise error
+        ticket = await gate.admit(
+            caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
+        )
+        return request, model, traits, deadline, ticket
+
+    async def complete(self, request: ClientRequest) -> Routed[Answer]:
+        request, model, traits, deadline, ticket = await self._admit(request)
+        if isinstance(ticket, str):
+            return _canned(canned_answer(request, model.name, ticket), model.name)
+        gate: Gatekeeper = self.gate  # type: ignore[assignment]
+        started = self._now()
+        try:
+            routed = await self.runner.complete(request, model, traits, deadline)  # type: ignore[union-attr]
+        except BaseException:
+            await gate.finish(ticket, None, is_served=False)
+            raise
+        gate.observe_first_token(ticket, self._now() - started)
+        await gate.finish(ticket, usage_of(routed.value), is_served=True)
+        routed.headers.update(ticket.headers)
+        return routed
 
     async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
         """A started stream: refusals (and retries) happen before the first chunk is handed out."""
-        model, traits, deadline = await self._route(request)
-        return await self.runner.stream(request, model, traits, deadline)  # type: ignore[union-attr]
+        request, model, traits, deadline, ticket = await self._admit(request)
+        if isinstance(ticket, str):
+            return _canned(canned_stream(request, model.name, ticket), model.name)
+        gate: Gatekeeper = self.gate  # type: ignore[assignment]
+        started = self._now()
+        try:
+            routed = await self.runner.stream(request, model, traits, deadline)  # type: ignore[union-attr]
+        except BaseException:
+            await gate.finish(ticket, None, is_served=False)
+            raise
+        gate.observe_first_token(ticket, self._now() - started)
+        meter = StreamMeter(-(-traits.prompt_chars // CHARS_PER_TOKEN))
+        routed.headers.update(ticket.headers)
+        return dataclasses.replace(routed, value=_metered(routed.value, meter, gate, ticket))
+
+
+def _canned(value: Any, model: str) -> Routed[Any]:
+    return Routed(value, model, "degraded", 0, {"x-titan-degraded": "cache_only"})
+
+
+async def _metered(
+    stream: AsyncIterator[Answer], meter: StreamMeter, gate: Gatekeeper, ticket: Ticket
+) -> AsyncIterator[Answer]:
+    """The stream, finishing its admission ticket when it ends (or the client leaves)."""
+    try:
+        async for chunk in stream:
+            meter.see(chunk)
+            yield chunk
+    finally:
+        await close_stream(stream)
+        await gate.finish(ticket, meter.result(), is_served=meter.num_chunks > 0)
 
 
 def build_pipeline(config: TitanConfig) -> Pipeline:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute, Route
 
-from titan.api.routes import chat, completions, health, models
+from titan.api.routes import admin, chat, completions, health, models
 
 
 def all_routes() -> list[BaseRoute]:
@@ -17,4 +17,10 @@ def all_routes() -> list[BaseRoute]:
         Route("/v1/models/{model:path}", models.retrieve_model, methods=["GET"]),
         Route("/v1/chat/completions", chat.create_chat_completion, methods=["POST"]),
         Route("/v1/completions", completions.create_completion, methods=["POST"]),
+        Route("/v1/usage", admin.own_usage, methods=["GET"]),
+        Route("/metrics", admin.metrics, methods=["GET"]),
+        Route("/admin/keys", admin.list_keys, methods=["GET"]),
+        Route("/admin/keys", admin.create_key, methods=["POST"]),
+        Route("/admin/keys/{key_id}", admin.revoke_key, methods=["DELETE"]),
+        Route("/admin/usage", admin.all_usage, methods=["GET"]),
     ]

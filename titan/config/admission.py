@@ -1,0 +1,117 @@
+"""Admission settings: storage, API keys and tenants, limits, the admission queue, degradation
+and prices."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from titan.config.settings import Settings
+
+# Interactive traffic goes first, then normal, then batch work (jobs).
+Priority = Literal["interactive", "normal", "batch"]
+PRIORITIES: tuple[Priority, ...] = ("interactive", "normal", "batch")
+
+# Durable documents and counters in SQLite, hot limit counters in memory: one process.
+DEFAULT_STORAGE = "sqlite:///~/.local/share/titan/titan.db"
+
+
+class Limits(Settings):
+    """Requests and tokens per minute, and requests at once; None: no such limit."""
+
+    rpm: int | None = Field(None, ge=1)
+    tpm: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(None, ge=1)
+
+
+class Budget(Settings):
+    """Spending cap: requests are refused (429 insufficient_quota) once ``usd`` is spent in the
+    current ``period`` (UTC calendar day or month, or ever)."""
+
+    usd: float = Field(gt=0)
+    period: Literal["day", "month", "total"] = "month"
+
+
+class TenantConfig(Limits):
+    """Limits shared by every key of the tenant (on top of each key's own)."""
+
+    budget: Budget | None = None
+
+
+class AuthConfig(Settings):
+    # Needed for /admin/*; "${TITAN_MASTER_KEY}" in files. None: the admin API is off.
+    master_key: SecretStr | None = None
+    # Serve without API keys on a non-loopback address (otherwise refused at start).
+    allow_unauthenticated: bool = False
+    # Per client IP, for requests without a key (auth off); none by default.
+    anonymous: Limits = Limits()
+    # Key lookups are cached this long per replica: a revocation takes at most this to apply.
+    key_cache_s: float = Field(5.0, ge=0)
+
+
+class AdmissionConfig(Settings):
+    # Waiting requests per model beyond its concurrency cap; more are refused at once (503).
+    max_queue: int = Field(256, ge=0)
+    # A request's deadline unless its x-titan-deadline header sets one: refused at once when its
+    # predicted wait exceeds it, dropped when it passes while queued.
+    default_deadline_s: float = Field(60.0, gt=0)
+    default_priority: Priority = "normal"
+    # Concurrency slots of a request on a replica that died are freed after this.
+    lease_ttl_s: float = Field(900.0, gt=0)
+    # Tokens/min limits reserve the prompt plus max_tokens; a request without max_tokens reserves
+    # this many output tokens (settled with the actual count afterwards).
+    reserved_output_tokens: int = Field(256, ge=1)
+
+
+class ModelLimits(Limits):
+    """Per model: limits over all its traffic (every key and tenant together)."""
+
+
+class Price(Settings):
+    """USD per million tokens, for usage cost and budgets."""
+
+    prompt_per_1m: float = Field(0.0, ge=0)
+    completion_per_1m: float = Field(0.0, ge=0)
+
+
+DegradationAction = Literal["fallback_model", "cap_max_tokens", "cache_only"]
+
+
+class DegradationStep(Settings):
+    """One step of the degradation ladder, applied to requests of ``priorities``."""
+
+    action: DegradationAction
+    priorities: tuple[Priority, ...] = ("normal", "batch")
+    model: str | None = None  # fallback_model: the smaller model to route to
+    max_tokens: int | None = Field(None, ge=1)  # cap_max_tokens
+    reply: str | None = None  # cache_only: the answer when nothing is cached
+
+    @model_validator(mode="after")
+    def _has_its_setting(self) -> DegradationStep:
+        needed = {"fallback_model": "model", "cap_max_tokens": "max_tokens"}.get(self.action)
+        if needed is not None and getattr(self, needed) is None:
+            raise ValueError(f"the {self.action} step needs '{needed}'")
+        return self
+
+
+class DegradationConfig(Settings):
+    """Under sustained overload, apply ``steps`` one by one; undo them with hysteresis.
+
+    Overload: the p95 queue wait or time to first token over the last ``window_s`` stays above
+    its SLO for ``sustain_s``. Each further ``sustain_s`` of overload adds the next step; each
+    ``sustain_s`` with both p95s under ``recover_ratio`` × their SLO removes the last one.
+    """
+
+    queue_wait_p95_s: float | None = Field(None, gt=0)
+    ttft_p95_s: float | None = Field(None, gt=0)
+    window_s: float = Field(10.0, gt=0)
+    sustain_s: float = Field(5.0, gt=0)
+    recover_ratio: float = Field(0.7, gt=0, lt=1)
+    steps: list[DegradationStep] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _has_a_trigger(self) -> DegradationConfig:
+        if self.steps and self.queue_wait_p95_s is None and self.ttft_p95_s is None:
+            raise ValueError("degradation needs queue_wait_p95_s or ttft_p95_s to trigger it")
+        return self

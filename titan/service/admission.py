@@ -1,0 +1,334 @@
+"""Admission: who is asking, whether they may, and whether there is room.
+
+Order per request: authenticate the key → check the key's policy (model allowed, budget) →
+degrade if the model is overloaded → reserve the rate/token/concurrency limits → wait in the
+model's admission queue. ``Ticket.finish`` gives everything back and records the usage.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from ipaddress import ip_address
+
+from titan.config import TitanConfig
+from titan.config.admission import PRIORITIES, Budget, Limits, Priority
+from titan.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    TitanError,
+)
+from titan.limits.degradation import Degradation, DegradationController
+from titan.limits.keys import ApiKey, KeyRing
+from titan.limits.queue import AdmissionQueue, Admitted
+from titan.limits.rates import RateLimiter, Reservation, Scope
+from titan.limits.usage import UsageLedger, cost_usd
+from titan.observability.metrics import TitanMetrics
+from titan.protocol import ClientRequest
+from titan.storage.base import Storage
+from titan.storage.buffered import BufferedCounters
+
+logger = logging.getLogger("titan.admission")
+
+# Prompt tokens are estimated before the call at this many characters a token (no tokenizer for
+# upstream models); the settlement corrects the estimate with the actual count.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Caller:
+    key: ApiKey | None
+    client_host: str | None
+    priority: Priority
+
+    @property
+    def tenant(self) -> str | None:
+        return self.key.tenant if self.key is not None else None
+
+
+@dataclass
+class Ticket:
+    """What an admitted request holds: its limits reservation and its queue slot."""
+
+    caller: Caller
+    model: str
+    reservation: Reservation
+    queue: AdmissionQueue
+    admitted: Admitted
+    degradation: Degradation
+    headers: dict[str, str] = field(default_factory=dict)
+    is_finished: bool = False
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Gatekeeper:
+    def __init__(
+        self,
+        config: TitanConfig,
+        storage: Storage,
+        metrics: TitanMetrics,
+        *,
+        now: Callable[[], float] = time.monotonic,
+    ):
+        self.config = config
+        self.storage = storage
+        self.metrics = metrics
+        self._now = now
+        self.keys = KeyRing(storage.documents, cache_s=config.auth.key_cache_s)
+        self.counters = BufferedCounters(storage.counters)
+        self.usage = UsageLedger(self.counters)
+        self.limiter = RateLimiter(storage.limits, lease_ttl_s=config.admission.lease_ttl_s)
+        self.queues: dict[str, AdmissionQueue] = {}
+        self.controllers: dict[str, DegradationController] = {}
+        self.is_auth_on = False
+        self._auth_checked_at = -math.inf
+
+    async def start(self, models: dict[str, int | None]) -> None:
+        """``models``: each served model's concurrency cap (None: no queue). Refuses to serve a
+        non-loopback address without keys unless the config allows it."""
+        admission = self.config.admission
+        for name, capacity in models.items():
+            self.queues[name] = AdmissionQueue(name, capacity, admission.max_queue, now=self._now)
+        for model in self.config.models:
+            if model.degradation is not None and model.name in models:
+                self.controllers[model.name] = DegradationController(
+                    model.degradation, now=self._now
+                )
+        self.counters.start()
+        await self.refresh_auth()
+        host = self.config.server.host
+        is_open = not self.is_auth_on and not self.config.auth.allow_unauthenticated
+        if is_open and not is_loopback(host):
+            raise AuthenticationError(
+                f"Refusing to serve {host} without API keys: create one with "
+                "`titan keys create --tenant NAME`, or set auth.allow_unauthenticated: true "
+                "(flag --allow-unauthenticated) to serve it open.",
+                code="auth_required",
+            )
+
+    async def close(self) -> None:
+        await self.counters.close()  # the last increments reach the store
+
+    async def refresh_auth(self) -> None:
+        """Auth turns on as soon as a key exists (created here, by the CLI or another replica)."""
+        if self.is_auth_on:
+            return
+        now = self._now()
+        if now - self._auth_checked_at < self.config.auth.key_cache_s:
+            return
+        self._auth_checked_at = now
+        self.is_auth_on = await self.keys.has_keys()
+
+    # ---- who -----------------------------------------------------------------------------
+
+    async def authenticate(self, request: ClientRequest) -> Caller:
+        await self.refresh_auth()
+        key = None
+        if self.is_auth_on:
+            if not request.api_key:
+                raise AuthenticationError(
+                    "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' "
+                    "(the openai SDK's api_key); keys come from `titan keys create`.",
+                    code="missing_api_key",
+                )
+            key = await self.keys.authenticate(request.api_key)
+        return Caller(key, request.client_host, self._priority(request, key))
+
+    def _priority(self, request: ClientRequest, key: ApiKey | None) -> Priority:
+        asked = request.headers.get("x-titan-priority")
+        own = key.policy.priority if key is not None else None
+        if asked is None:
+            return own or self.config.admission.default_priority
+        allowed = own or "interactive"
+        if asked not in PRIORITIES:
+            raise InvalidRequestError(
+                f"Invalid x-titan-priority header {asked!r}: use one of {', '.join(PRIORITIES)}."
+            )
+        # A key may lower its class, never raise it above its policy's.
+        return max(asked, allowed, key=PRIORITIES.index)  # type: ignore[return-value]
+
+    def deadline(self, request: ClientRequest) -> float:
+        header = request.headers.get("x-titan-deadline")
+        if header is None:
+            return self._now() + self.config.admission.default_deadline_s
+        try:
+            seconds = float(header)
+        except ValueError:
+            seconds = -1.0
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise InvalidRequestError(
+                f"Invalid x-titan-deadline header {header!r}: give the seconds within which the "
+                "answer is still useful, e.g. 'x-titan-deadline: 20'."
+            )
+        return self._now() + seconds
+
+    # ---- may they ------------------------------------------------------------------------
+
+    async def check_policy(self, caller: Caller, model: str) -> None:
+        key = caller.key
+        if key is None:
+            return
+        if key.policy.models and model not in key.policy.models:
+            raise PermissionDeniedError(
+                f"This API key may not use the model '{model}'; it may use "
+                f"{', '.join(key.policy.models)}.",
+                code="model_not_allowed",
+            )
+        budgets: list[tuple[str, str, Budget]] = []
+        if key.policy.budget is not None:
+            budgets.append((f"key:{key.key_id}", f"key {key.key_id}", key.policy.budget))
+        tenant = self.config.tenants.get(key.tenant)
+        if tenant is not None and tenant.budget is not None:
+            budgets.append((f"tenant:{key.tenant}", f"tenant '{key.tenant}'", tenant.budget))
+        for scope, label, budget in budgets:
+            spent = await self.usage.spent_usd(scope, budget.period)
+            if spent >= budget.usd:
+                period = "in all" if budget.period == "total" else f"this {budget.period}"
+                raise QuotaExceededError(
+                    f"The budget of the {label} is spent: ${spent:.4f} of ${budget.usd:.2f} "
+                    f"{period}. Raise the budget or wait for the next period.",
+                )
+
+    def degradation(self, model: str, caller: Caller) -> Degradation:
+        controller = self.controllers.get(model)
+        if controller is None:
+            return Degradation()
+        degradation = controller.for_request(caller.priority)
+        self.metrics.degradation_level.labels(model).set(controller.level)
+        return degradation
+
+    # ---- is there room -------------------------------------------------------------------
+
+    def _scopes(self, caller: Caller, model: str) -> list[Scope]:
+        scopes = []
+        if caller.key is not None:
+            policy = caller.key.policy
+            limits = Limits(rpm=policy.rpm, tpm=policy.tpm, max_concurrency=policy.max_concurrency)
+            scopes.append(Scope("key", caller.key.key_id, limits))
+            tenant = self.config.tenants.get(caller.key.tenant)
+            if tenant is not None:
+                scopes.append(Scope("tenant", caller.key.tenant, tenant))
+        elif caller.client_host is not None:
+            scopes.append(Scope("client", caller.client_host, self.config.auth.anonymous))
+        model_config = next((m for m in self.config.models if m.name == model), None)
+        if model_config is not None:
+            scopes.append(Scope("model", model, model_config.limits))
+        return scopes
+
+    def estimate_tokens(self, request: ClientRequest, prompt_chars: int) -> int:
+        output = request.max_output_tokens or self.config.admission.reserved_output_tokens
+        return math.ceil(prompt_chars / CHARS_PER_TOKEN) + output * request.parsed.n
+
+    async def admit(
+        self,
+        caller: Caller,
+        request: ClientRequest,
+        model: str,
+        prompt_chars: int,
+        deadline: float,
+        degradation: Degradation,
+    ) -> Ticket:
+        reserved = self.estimate_tokens(request, prompt_chars)
+        try:
+            reservation = await self.limiter.reserve(
+                self._scopes(caller, model), reserved, uuid.uuid4().hex
+            )
+        except TitanError as exc:
+            self.refused(model, exc, caller)
+            raise
+        queue = self.queues.get(model) or AdmissionQueue(model, None, 0, now=self._now)
+        try:
+            admitted = await queue.enter(caller.priority, deadline)
+        except BaseException as exc:
+            await reservation.finish(0)  # nothing was served: refund the tokens, free the slots
+            if isinstance(exc, TitanError):
+                self.refused(model, exc, caller)
+            raise
+        finally:
+            self.metrics.waiting.labels(model).set(queue.num_waiting)
+        self.metrics.running.labels(model).set(queue.num_running)
+        self.metrics.admitted.labels(model, caller.priority).inc()
+        if admitted.wait_s > 0:
+            self.metrics.queued.labels(model, caller.priority).inc()
+        controller = self.controllers.get(model)
+        if controller is not None:
+            controller.observe_queue_wait(admitted.wait_s)
+        headers = dict(reservation.headers)
+        if degradation.steps:
+            headers["x-titan-degraded"] = ",".join(degradation.actions)
+            for action in degradation.actions:
+                self.metrics.degraded.labels(model, action).inc()
+        return Ticket(caller, model, reservation, queue, admitted, degradation, headers)
+
+    def refused(self, model: str, exc: TitanError, caller: Caller) -> None:
+        """One log line and one metric per refusal."""
+        self.metrics.refused.labels(model, exc.code or exc.error_type).inc()
+        logger.info(
+            "refused",
+            extra={
+                "model": model,
+                "reason": exc.code,
+                "status": exc.status_code,
+                "tenant": caller.tenant,
+                "key_id": caller.key.key_id if caller.key else None,
+                "priority": caller.priority,
+            },
+        )
+
+    def snapshot(self, model: str) -> dict[str, object]:
+        queue, controller = self.queues.get(model), self.controllers.get(model)
+        return {
+            "queue": queue.snapshot() if queue is not None else None,
+            "degradation": controller.snapshot() if controller is not None else None,
+        }
+
+    def observe_first_token(self, ticket: Ticket, seconds: float) -> None:
+        controller = self.controllers.get(ticket.model)
+        if controller is not None:
+            controller.observe_ttft(seconds)
+
+    async def finish(
+        self, ticket: Ticket, usage: tuple[int, int] | None, *, is_served: bool
+    ) -> None:
+        """Free the slot and the limits; settle the tokens with ``usage`` (prompt, completion)
+        and record it (an unserved request costs no tokens)."""
+        if ticket.is_finished:
+            return
+        ticket.is_finished = True
+        ticket.queue.leave(ticket.admitted, measure=is_served)
+        self.metrics.running.labels(ticket.model).set(ticket.queue.num_running)
+        self.metrics.waiting.labels(ticket.model).set(ticket.queue.num_waiting)
+        actual = sum(usage) if usage is not None else (None if is_served else 0)
+        await ticket.reservation.finish(actual)
+        if usage is None:
+            return
+        prompt_tokens, completion_tokens = usage
+        model_config = next((m for m in self.config.models if m.name == ticket.model), None)
+        cost = cost_usd(model_config.price if model_config else None, *usage)
+        key = ticket.caller.key
+        await self.usage.record(
+            key_id=key.key_id if key else None,
+            tenant=ticket.caller.tenant,
+            model=ticket.model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=cost,
+        )
+        tenant = self.metrics.tenant_label(ticket.caller.tenant)
+        self.metrics.prompt_tokens.labels(ticket.model, tenant).inc(prompt_tokens)
+        self.metrics.generation_tokens.labels(ticket.model, tenant).inc(completion_tokens)
+        self.metrics.cost_usd.labels(ticket.model, tenant).inc(cost)

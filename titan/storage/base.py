@@ -1,0 +1,149 @@
+"""What shared state needs from a store: documents, counters, and atomic limit buckets.
+
+``limits``, ``cache``, ``context`` and ``jobs`` use these protocols, never a concrete store. Three
+stores implement them: memory (one process), SQLite (durable documents and counters; limits in
+memory, since one process owns them) and Redis (everything, shared by replicas).
+
+Limit semantics (the same bits in every store):
+
+- A **token bucket** holds at most ``capacity`` tokens and refills continuously at
+  ``refill_per_s``; a bucket never seen is full. ``requests/min = 60`` is a bucket of capacity 60
+  refilling at 1/s; each request costs 1. ``tokens/min`` buckets cost the reserved tokens.
+- ``acquire`` is all or nothing: it refills every bucket to ``now``, and only if every bucket holds
+  at least its ``cost`` and every concurrency key has fewer than ``limit`` live leases does it take
+  the costs and add a lease (``lease_id``, live until ``lease_expires_at`` or ``release``).
+  Otherwise it changes nothing and says which bucket or concurrency key refused first and when a
+  retry could succeed.
+- ``settle`` adds ``delta`` tokens to a bucket after the fact (positive: refund an over-estimate;
+  negative: charge actual usage beyond the reservation, possibly below zero, which is debt the
+  refill pays back). The result is capped at ``capacity``.
+- Time is the store's: the memory store's injected clock, Redis's ``TIME`` (one clock for every
+  replica).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One token bucket to draw ``cost`` from."""
+
+    key: str
+    capacity: float
+    refill_per_s: float
+    cost: float
+
+
+@dataclass(frozen=True)
+class ConcurrencySlot:
+    """One concurrency limit: at most ``limit`` live leases under ``key``."""
+
+    key: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    """What ``acquire`` decided.
+
+    ``remaining``: each bucket's tokens after the decision, in the order given (whether or not it
+    admitted), for x-ratelimit-remaining-* headers. ``refused_bucket`` / ``refused_slot``: the
+    index of the first bucket or slot that refused (None when admitted). ``retry_after_s``: for a
+    refused bucket, the seconds until it holds its cost (inf when the cost exceeds its capacity);
+    for a refused slot, None (it frees when a request ends).
+    """
+
+    is_admitted: bool
+    remaining: tuple[float, ...] = ()
+    refused_bucket: int | None = None
+    refused_slot: int | None = None
+    retry_after_s: float | None = None
+    now: float = 0.0
+
+
+@dataclass(frozen=True)
+class Settlement:
+    bucket: Bucket  # its ``cost`` is ignored
+    delta: float
+
+
+class LimitStore(Protocol):
+    async def acquire(
+        self,
+        buckets: Sequence[Bucket],
+        slots: Sequence[ConcurrencySlot] = (),
+        *,
+        lease_id: str = "",
+        lease_ttl_s: float = 600.0,
+    ) -> Acquisition: ...
+
+    async def settle(self, settlements: Sequence[Settlement]) -> None: ...
+
+    async def release(self, slots: Sequence[ConcurrencySlot], lease_id: str) -> None: ...
+
+    async def peek(self, buckets: Sequence[Bucket]) -> tuple[float, ...]:
+        """Each bucket's tokens now (refilled), changing nothing."""
+        ...
+
+
+class DocumentStore(Protocol):
+    """JSON documents (dicts of JSON values) by namespace and id."""
+
+    async def put(self, namespace: str, doc_id: str, doc: Mapping[str, Any]) -> None: ...
+
+    async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None: ...
+
+    async def delete(self, namespace: str, doc_id: str) -> bool: ...
+
+    async def list(self, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every (id, document) in the namespace, in id order."""
+        ...
+
+
+@dataclass(frozen=True)
+class Increment:
+    counter_id: str
+    amounts: Mapping[str, float]
+    ttl_s: float | None = None
+
+
+class CounterStore(Protocol):
+    """Named numeric fields per (namespace, id), incremented atomically (usage accounting)."""
+
+    async def increment_many(self, namespace: str, increments: Sequence[Increment]) -> None:
+        """Several increments in one round trip (one transaction where the store has them)."""
+        ...
+
+    async def increment(
+        self,
+        namespace: str,
+        counter_id: str,
+        amounts: Mapping[str, float],
+        *,
+        ttl_s: float | None = None,
+    ) -> None: ...
+
+    async def read(self, namespace: str, counter_id: str) -> dict[str, float]: ...
+
+    async def scan(self, namespace: str, prefix: str = "") -> list[tuple[str, dict[str, float]]]:
+        """Every (id, fields) whose id starts with ``prefix``, in id order."""
+        ...
+
+
+@dataclass
+class Storage:
+    """The stores one ``storage:`` URL opens; ``close`` releases their connections."""
+
+    url: str
+    documents: DocumentStore
+    counters: CounterStore
+    limits: LimitStore
+    closers: list[Any] = field(default_factory=list)
+
+    async def close(self) -> None:
+        for close in self.closers:
+            await close()

@@ -1,0 +1,98 @@
+"""``open_storage(url)``: the stores one ``storage:`` URL names."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from titan.errors import ConfigError, ServiceUnavailableError
+from titan.storage.base import Storage
+from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
+
+SCHEMES = "memory://, sqlite:///PATH (sqlite:///~/x.db, sqlite:////abs/x.db), redis://, rediss://"
+REDIS_CONNECT_TIMEOUT_S = 5.0
+REDIS_MAX_CONNECTIONS = 64
+
+
+async def open_storage(
+    url: str, *, now: Callable[[], float] | None = None, key_prefix: str = "titan:"
+) -> Storage:
+    """Opens ``url``: ``memory://`` (one process), ``sqlite:///PATH`` (durable documents and
+    counters; limits in memory, since one process owns them) or ``redis://host:port/db`` /
+    ``rediss://`` (everything, shared by replicas; keys start with ``key_prefix``).
+
+    ``now`` is the memory stores' clock (tests inject one); SQLite and Redis keep their own.
+    """
+    clock = now or time.monotonic
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme == "memory":
+        return Storage(url, MemoryDocuments(), MemoryCounters(clock), MemoryLimits(clock))
+    if scheme == "sqlite":
+        return await _open_sqlite(url, clock)
+    if scheme in ("redis", "rediss"):
+        return await _open_redis(url, key_prefix)
+    raise ConfigError(f"storage: unsupported URL {redact(url)!r}; use one of {SCHEMES}")
+
+
+async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
+    from titan.storage.sqlite import SqliteCounters, SqliteDatabase, SqliteDocuments
+
+    # SQLAlchemy's convention: what follows ``sqlite:///`` is the path, so ``sqlite:///x.db`` is
+    # relative, ``sqlite:////abs/x.db`` absolute and ``sqlite:///~/x.db`` under the home.
+    head = "sqlite:///"
+    path = url[len(head) :] if url.lower().startswith(head) else ""
+    if not path:
+        raise ConfigError(f"storage: {url!r} names no file; write sqlite:///PATH")
+    try:
+        db = await SqliteDatabase.open(path)
+    except Exception as exc:  # sqlite3.Error, OSError (permissions, a directory in the way)
+        raise ConfigError(f"storage: cannot open SQLite database {path!r}: {exc}") from exc
+    return Storage(
+        url, SqliteDocuments(db), SqliteCounters(db), MemoryLimits(clock), closers=[db.close]
+    )
+
+
+async def _open_redis(url: str, key_prefix: str) -> Storage:
+    # Imported here: a memory or SQLite deployment never loads the Redis client.
+    import redis.asyncio
+    import redis.exceptions
+
+    from titan.storage.redis import RedisCounters, RedisDocuments, RedisLimits
+
+    try:
+        # A blocking pool: a burst waits for a free connection instead of failing with
+        # "Too many connections".
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            url,
+            max_connections=REDIS_MAX_CONNECTIONS,
+            timeout=REDIS_CONNECT_TIMEOUT_S,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+            health_check_interval=30,
+        )
+        client = redis.asyncio.Redis(connection_pool=pool)
+    except ValueError as exc:
+        raise ConfigError(f"storage: invalid Redis URL {redact(url)!r}: {exc}") from exc
+    try:
+        await client.ping()  # fail at start, not on the first request
+    except (redis.exceptions.RedisError, OSError) as exc:
+        await client.aclose()
+        message = f"storage: cannot reach Redis at {redact(url)}: {exc}"
+        raise ServiceUnavailableError(message) from exc
+    return Storage(
+        url,
+        RedisDocuments(client, prefix=key_prefix),
+        RedisCounters(client, prefix=key_prefix),
+        RedisLimits(client, prefix=key_prefix),
+        closers=[client.aclose, pool.disconnect],
+    )
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))

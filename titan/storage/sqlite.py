@@ -1,0 +1,238 @@
+"""Durable documents and counters in one SQLite file (WAL).
+
+sqlite3 blocks, so every call runs in a worker thread; one lock serializes the connection (it is
+shared by threads: ``check_same_thread=False``). Other processes may open the same file (``titan
+keys create`` while ``titan serve`` runs): WAL lets readers run beside a writer, writes take the
+lock with ``BEGIN IMMEDIATE`` and wait up to the busy timeout for another process's write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from titan.storage.base import Increment
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_S = 5.0
+IN_MEMORY = ":memory:"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    PRIMARY KEY (namespace, id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    field TEXT NOT NULL,
+    value REAL NOT NULL,
+    expires_at REAL,
+    PRIMARY KEY (namespace, id, field)
+) WITHOUT ROWID;
+"""
+
+
+class SqliteDatabase:
+    """One connection to one file, shared by ``SqliteDocuments`` and ``SqliteCounters``."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    @classmethod
+    async def open(cls, path: str | Path) -> SqliteDatabase:
+        """Opens (creating the file, its directory and the tables) ``path``; ``~`` is expanded."""
+        return await asyncio.to_thread(cls._open_sync, str(path))
+
+    @classmethod
+    def _open_sync(cls, path: str) -> SqliteDatabase:
+        if path != IN_MEMORY:
+            file = Path(path).expanduser()
+            file.parent.mkdir(parents=True, exist_ok=True)
+            path = str(file)
+        # isolation_level=None: no implicit transactions; writes say BEGIN IMMEDIATE themselves.
+        connection = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")  # durable across crashes under WAL
+            connection.executescript(SCHEMA)
+        except BaseException:
+            connection.close()
+            raise
+        return cls(connection)
+
+    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs ``work(connection)`` in a thread, alone on the connection."""
+
+        def locked() -> T:
+            with self._lock:
+                return work(self._connection)
+
+        return await asyncio.to_thread(locked)
+
+    async def close(self) -> None:
+        await self.run(lambda connection: connection.close())
+
+
+@contextmanager
+def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    # IMMEDIATE takes the write lock up front, so a read-then-write cannot be interleaved by
+    # another process's write (and waits on the busy timeout instead of failing mid-way).
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
+
+
+class SqliteDocuments:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self._db = db
+
+    async def put(self, namespace: str, doc_id: str, doc: Mapping[str, Any]) -> None:
+        text = orjson.dumps(doc).decode()
+
+        def put(connection: sqlite3.Connection) -> None:
+            connection.execute(
+                "INSERT INTO documents (namespace, id, doc) VALUES (?, ?, ?) "
+                "ON CONFLICT (namespace, id) DO UPDATE SET doc = excluded.doc",
+                (namespace, doc_id, text),
+            )
+
+        await self._db.run(put)
+
+    async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None:
+        def get(connection: sqlite3.Connection) -> str | None:
+            row = connection.execute(
+                "SELECT doc FROM documents WHERE namespace = ? AND id = ?", (namespace, doc_id)
+            ).fetchone()
+            return None if row is None else row[0]
+
+        text = await self._db.run(get)
+        return None if text is None else orjson.loads(text)
+
+    async def delete(self, namespace: str, doc_id: str) -> bool:
+        def delete(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
+                "DELETE FROM documents WHERE namespace = ? AND id = ?", (namespace, doc_id)
+            )
+            return cursor.rowcount > 0
+
+        return await self._db.run(delete)
+
+    async def list(self, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+        def list_(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+            # BINARY collation compares UTF-8 bytes: the same order as Python's sorted(str).
+            return connection.execute(
+                "SELECT id, doc FROM documents WHERE namespace = ? ORDER BY id", (namespace,)
+            ).fetchall()
+
+        rows = await self._db.run(list_)
+        return [(doc_id, orjson.loads(text)) for doc_id, text in rows]
+
+
+class SqliteCounters:
+    """One row per (namespace, id, field). ``ttl_s`` (re)sets the expiry of all the counter's
+    rows, and new fields join the counter's current expiry (as fields of a Redis hash do).
+    ``now`` is wall-clock time because several processes compare the same expiry."""
+
+    def __init__(self, db: SqliteDatabase, now: Callable[[], float] = time.time) -> None:
+        self._db = db
+        self._now = now
+
+    async def increment(
+        self,
+        namespace: str,
+        counter_id: str,
+        amounts: Mapping[str, float],
+        *,
+        ttl_s: float | None = None,
+    ) -> None:
+        await self.increment_many(namespace, [Increment(counter_id, amounts, ttl_s)])
+
+    async def increment_many(self, namespace: str, increments: Sequence[Increment]) -> None:
+        now = self._now()
+
+        def increment(connection: sqlite3.Connection) -> None:
+            with write_transaction(connection):  # one transaction for them all
+                for item in increments:
+                    _increment_one(connection, namespace, item, now)
+
+        await self._db.run(increment)
+
+    async def read(self, namespace: str, counter_id: str) -> dict[str, float]:
+        now = self._now()
+
+        def read(connection: sqlite3.Connection) -> list[tuple[str, float]]:
+            return connection.execute(
+                "SELECT field, value FROM counters WHERE namespace = ? AND id = ? "
+                "AND (expires_at IS NULL OR expires_at > ?)",
+                (namespace, counter_id, now),
+            ).fetchall()
+
+        return dict(await self._db.run(read))
+
+    async def scan(self, namespace: str, prefix: str = "") -> list[tuple[str, dict[str, float]]]:
+        now = self._now()
+
+        def scan(connection: sqlite3.Connection) -> list[tuple[str, str, float]]:
+            with write_transaction(connection):
+                # The lazy sweep: a namespace's expired counters are deleted when it is scanned.
+                connection.execute(
+                    "DELETE FROM counters WHERE namespace = ? AND expires_at <= ?",
+                    (namespace, now),
+                )
+                return connection.execute(
+                    "SELECT id, field, value FROM counters WHERE namespace = ? "
+                    "AND substr(id, 1, ?) = ? ORDER BY id, field",
+                    (namespace, len(prefix), prefix),
+                ).fetchall()
+
+        found: dict[str, dict[str, float]] = {}
+        for counter_id, name, value in await self._db.run(scan):
+            found.setdefault(counter_id, {})[name] = value
+        return list(found.items())
+
+
+def _increment_one(
+    connection: sqlite3.Connection, namespace: str, item: Increment, now: float
+) -> None:
+    key = (namespace, item.counter_id)
+    # Expired rows go first, so the counter restarts from zero.
+    connection.execute(
+        "DELETE FROM counters WHERE namespace = ? AND id = ? AND expires_at <= ?", (*key, now)
+    )
+    if item.ttl_s is not None:
+        expires_at = now + item.ttl_s
+    else:
+        row = connection.execute(
+            "SELECT max(expires_at) FROM counters WHERE namespace = ? AND id = ?", key
+        ).fetchone()
+        expires_at = row[0]
+    connection.executemany(
+        "INSERT INTO counters (namespace, id, field, value, expires_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (namespace, id, field) "
+        "DO UPDATE SET value = value + excluded.value",
+        [(*key, name, float(amount), expires_at) for name, amount in item.amounts.items()],
+    )
+    if item.ttl_s is not None:
+        connection.execute(
+            "UPDATE counters SET expires_at = ? WHERE namespace = ? AND id = ?",
+            (expires_at, *key),
+        )
