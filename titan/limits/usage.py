@@ -17,7 +17,8 @@ reports); month and total counters are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -66,6 +67,27 @@ def _checked_scope_part(value: str, what: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What some requests of one key (or none), tenant and model used."""
+
+    key_id: str | None
+    tenant: str | None
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    requests: int = 1
+
+    def amounts(self) -> dict[str, float]:
+        return {
+            "requests": float(self.requests),
+            "prompt_tokens": float(self.prompt_tokens),
+            "completion_tokens": float(self.completion_tokens),
+            "cost_usd": float(self.cost_usd),
+        }
+
+
 class UsageLedger:
     """Records and reports usage in ``counters``; ``now`` (unix seconds) picks the periods."""
 
@@ -83,34 +105,31 @@ class UsageLedger:
         completion_tokens: int,
         cost_usd: float,
     ) -> None:
-        """Count one request in every scope it belongs to, at every granularity, for its model
-        and for ``*``. The increments are independent (not one transaction): a failure part way
-        leaves the others counted, which undercounts a little rather than double counts."""
-        scopes = [ALL_SCOPE]
-        if key_id is not None:
-            scopes.append(f"key:{_checked_scope_part(key_id, 'key_id')}")
-        if tenant is not None:
-            scopes.append(f"tenant:{_checked_scope_part(tenant, 'tenant')}")
-        amounts = {
-            "requests": 1.0,
-            "prompt_tokens": float(prompt_tokens),
-            "completion_tokens": float(completion_tokens),
-            "cost_usd": float(cost_usd),
-        }
-        now = self._now()
-        await self._counters.increment_many(
-            NAMESPACE,
-            [
-                Increment(
-                    f"{scope}|{granularity}|{period_of(granularity, now)}|{counted_model}",
-                    amounts,
-                    _TTL_S[granularity],
-                )
-                for scope in scopes
-                for granularity in GRANULARITIES
-                for counted_model in (model, ALL_MODELS)
-            ],
-        )
+        """Count one request now in every scope it belongs to, at every granularity, for its
+        model and for ``*``."""
+        usage = Usage(key_id, tenant, model, prompt_tokens, completion_tokens, cost_usd)
+        await self.record_many([(self._now(), usage)])
+
+    async def record_many(self, entries: Sequence[tuple[float, Usage]]) -> None:
+        """Count each (unix time, usage) in one round trip to the store. The increments of one
+        call are written together; a failure leaves them all uncounted or all counted where the
+        store has transactions (SQLite, Redis)."""
+        increments = []
+        for at, usage in entries:
+            scopes = [ALL_SCOPE]
+            if usage.key_id is not None:
+                scopes.append(f"key:{_checked_scope_part(usage.key_id, 'key_id')}")
+            if usage.tenant is not None:
+                scopes.append(f"tenant:{_checked_scope_part(usage.tenant, 'tenant')}")
+            amounts = usage.amounts()
+            for granularity in GRANULARITIES:
+                period = period_of(granularity, at)
+                for scope in scopes:
+                    for counted_model in (usage.model, ALL_MODELS):
+                        counter_id = f"{scope}|{granularity}|{period}|{counted_model}"
+                        increments.append(Increment(counter_id, amounts, _TTL_S[granularity]))
+        if increments:
+            await self._counters.increment_many(NAMESPACE, increments)
 
     async def spent_usd(self, scope: str, period: Literal["day", "month", "total"]) -> float:
         """USD spent by ``scope`` (``key:…``, ``tenant:…`` or ``all``) in the current UTC day or

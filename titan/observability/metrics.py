@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics import MetricWrapperBase
 
 OTHER_TENANT = "other"
 
@@ -19,6 +20,8 @@ class TitanMetrics:
     def __init__(self, known_tenants: frozenset[str] = frozenset()):
         self.registry = CollectorRegistry(auto_describe=True)
         self.known_tenants = known_tenants
+        # labels() costs microseconds on every call; the label sets are few and bounded.
+        self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
         r = self.registry
         self.admitted = Counter(
             "titan_admission_admitted", "Requests admitted.", ["model", "priority"], registry=r
@@ -64,6 +67,13 @@ class TitanMetrics:
             "titan_cost_usd", "Cost of the served tokens (config prices).", ["model", "tenant"],
             registry=r,
         )  # fmt: skip
+
+    def inc(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        child.inc(amount)  # type: ignore[attr-defined]
 
     def tenant_label(self, tenant: str | None) -> str:
         if tenant is None:

@@ -96,6 +96,7 @@ class AdminService:
                 f"Invalid granularity {granularity!r}: use hour, day, month or total.",
                 param="granularity",
             )
+        await self.gate.pending_usage.flush()
         rows = await self.gate.usage.report(scope, _granularity(granularity), start, end)
         return {"object": "list", "granularity": granularity, "data": rows}
 

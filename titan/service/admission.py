@@ -28,11 +28,11 @@ from titan.limits.degradation import Degradation, DegradationController
 from titan.limits.keys import ApiKey, KeyRing
 from titan.limits.queue import AdmissionQueue, Admitted
 from titan.limits.rates import RateLimiter, Reservation, Scope
-from titan.limits.usage import UsageLedger, cost_usd
+from titan.limits.usage import Usage, UsageLedger, cost_usd
+from titan.limits.usage_buffer import UsageBuffer
 from titan.observability.metrics import TitanMetrics
 from titan.protocol import ClientRequest
 from titan.storage.base import Storage
-from titan.storage.buffered import BufferedCounters
 
 logger = logging.getLogger("titan.admission")
 
@@ -89,10 +89,11 @@ class Gatekeeper:
         self.metrics = metrics
         self._now = now
         self.keys = KeyRing(storage.documents, cache_s=config.auth.key_cache_s)
-        self.counters = BufferedCounters(storage.counters)
-        self.usage = UsageLedger(self.counters)
+        self.usage = UsageLedger(storage.counters)
+        self.pending_usage = UsageBuffer(self.usage)
         self.limiter = RateLimiter(storage.limits, lease_ttl_s=config.admission.lease_ttl_s)
         self.queues: dict[str, AdmissionQueue] = {}
+        self._model_configs = {m.name: m for m in config.models if m.name is not None}
         self.controllers: dict[str, DegradationController] = {}
         self.is_auth_on = False
         self._auth_checked_at = -math.inf
@@ -108,7 +109,8 @@ class Gatekeeper:
                 self.controllers[model.name] = DegradationController(
                     model.degradation, now=self._now
                 )
-        self.counters.start()
+        self._watch_gauges()
+        self.pending_usage.start()
         await self.refresh_auth()
         host = self.config.server.host
         is_open = not self.is_auth_on and not self.config.auth.allow_unauthenticated
@@ -120,8 +122,17 @@ class Gatekeeper:
                 code="auth_required",
             )
 
+    def _watch_gauges(self) -> None:
+        """Queue and ladder gauges read their live values when scraped: no per-request work."""
+        for name, queue in self.queues.items():
+            self.metrics.waiting.labels(name).set_function(lambda q=queue: q.num_waiting)
+            self.metrics.running.labels(name).set_function(lambda q=queue: q.num_running)
+        for name, controller in self.controllers.items():
+            level = self.metrics.degradation_level.labels(name)
+            level.set_function(lambda c=controller: c.level)
+
     async def close(self) -> None:
-        await self.counters.close()  # the last increments reach the store
+        await self.pending_usage.close()  # the last usage reaches the store
 
     async def refresh_auth(self) -> None:
         """Auth turns on as soon as a key exists (created here, by the CLI or another replica)."""
@@ -194,6 +205,8 @@ class Gatekeeper:
         tenant = self.config.tenants.get(key.tenant)
         if tenant is not None and tenant.budget is not None:
             budgets.append((f"tenant:{key.tenant}", f"tenant '{key.tenant}'", tenant.budget))
+        if budgets and self.pending_usage.has_pending:
+            await self.pending_usage.flush()  # this replica's spend, to the last request
         for scope, label, budget in budgets:
             spent = await self.usage.spent_usd(scope, budget.period)
             if spent >= budget.usd:
@@ -208,7 +221,6 @@ class Gatekeeper:
         if controller is None:
             return Degradation()
         degradation = controller.for_request(caller.priority)
-        self.metrics.degradation_level.labels(model).set(controller.level)
         return degradation
 
     # ---- is there room -------------------------------------------------------------------
@@ -224,7 +236,7 @@ class Gatekeeper:
                 scopes.append(Scope("tenant", caller.key.tenant, tenant))
         elif caller.client_host is not None:
             scopes.append(Scope("client", caller.client_host, self.config.auth.anonymous))
-        model_config = next((m for m in self.config.models if m.name == model), None)
+        model_config = self._model_configs.get(model)
         if model_config is not None:
             scopes.append(Scope("model", model, model_config.limits))
         return scopes
@@ -258,12 +270,10 @@ class Gatekeeper:
             if isinstance(exc, TitanError):
                 self.refused(model, exc, caller)
             raise
-        finally:
-            self.metrics.waiting.labels(model).set(queue.num_waiting)
-        self.metrics.running.labels(model).set(queue.num_running)
-        self.metrics.admitted.labels(model, caller.priority).inc()
+        metrics = self.metrics
+        metrics.inc(metrics.admitted, model, caller.priority)
         if admitted.wait_s > 0:
-            self.metrics.queued.labels(model, caller.priority).inc()
+            metrics.inc(metrics.queued, model, caller.priority)
         controller = self.controllers.get(model)
         if controller is not None:
             controller.observe_queue_wait(admitted.wait_s)
@@ -271,12 +281,12 @@ class Gatekeeper:
         if degradation.steps:
             headers["x-titan-degraded"] = ",".join(degradation.actions)
             for action in degradation.actions:
-                self.metrics.degraded.labels(model, action).inc()
+                metrics.inc(metrics.degraded, model, action)
         return Ticket(caller, model, reservation, queue, admitted, degradation, headers)
 
     def refused(self, model: str, exc: TitanError, caller: Caller) -> None:
         """One log line and one metric per refusal."""
-        self.metrics.refused.labels(model, exc.code or exc.error_type).inc()
+        self.metrics.inc(self.metrics.refused, model, exc.code or exc.error_type)
         logger.info(
             "refused",
             extra={
@@ -310,25 +320,26 @@ class Gatekeeper:
             return
         ticket.is_finished = True
         ticket.queue.leave(ticket.admitted, measure=is_served)
-        self.metrics.running.labels(ticket.model).set(ticket.queue.num_running)
-        self.metrics.waiting.labels(ticket.model).set(ticket.queue.num_waiting)
         actual = sum(usage) if usage is not None else (None if is_served else 0)
         await ticket.reservation.finish(actual)
         if usage is None:
             return
         prompt_tokens, completion_tokens = usage
-        model_config = next((m for m in self.config.models if m.name == ticket.model), None)
+        model_config = self._model_configs.get(ticket.model)
         cost = cost_usd(model_config.price if model_config else None, *usage)
         key = ticket.caller.key
-        await self.usage.record(
-            key_id=key.key_id if key else None,
-            tenant=ticket.caller.tenant,
-            model=ticket.model,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cost_usd=cost,
+        self.pending_usage.add(
+            Usage(
+                key.key_id if key else None,
+                ticket.caller.tenant,
+                ticket.model,
+                prompt_tokens,
+                completion_tokens,
+                cost,
+            )
         )
-        tenant = self.metrics.tenant_label(ticket.caller.tenant)
-        self.metrics.prompt_tokens.labels(ticket.model, tenant).inc(prompt_tokens)
-        self.metrics.generation_tokens.labels(ticket.model, tenant).inc(completion_tokens)
-        self.metrics.cost_usd.labels(ticket.model, tenant).inc(cost)
+        metrics = self.metrics
+        tenant = metrics.tenant_label(ticket.caller.tenant)
+        metrics.inc(metrics.prompt_tokens, ticket.model, tenant, amount=prompt_tokens)
+        metrics.inc(metrics.generation_tokens, ticket.model, tenant, amount=completion_tokens)
+        metrics.inc(metrics.cost_usd, ticket.model, tenant, amount=cost)

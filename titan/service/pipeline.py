@@ -289,7 +289,7 @@ class Pipeline:
         if (step := degradation.step("cache_only")) is not None:
             # No cache hit to serve yet (the response cache comes later): the configured reply,
             # else a refusal that says why.
-            gate.metrics.degraded.labels(model.name, "cache_only").inc()
+            gate.metrics.inc(gate.metrics.degraded, model.name, "cache_only")
             if step.reply is not None:
                 return request, model, traits, deadline, step.reply
             error = OverloadedError(
