@@ -15,6 +15,9 @@ class TitanError(Exception):
     status_code: ClassVar[int] = 500
     error_type: ClassVar[str] = "server_error"
     default_code: ClassVar[str | None] = None
+    # A 5xx that is an answer, not a failure (overload refusals, only-if-cached misses): the
+    # HTTP layer does not log it as an error.
+    is_expected: ClassVar[bool] = False
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -111,10 +114,20 @@ class OverloadedError(ServiceUnavailableError):
     served within its deadline (503 with Retry-After)."""
 
     default_code = "overloaded"
+    is_expected = True
 
     def __init__(self, message: str, *, retry_after: float | None = None, code: str | None = None):
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class NotCachedError(TitanError):
+    """``only-if-cached`` and no cached answer: 504, as HTTP caches answer it."""
+
+    status_code = 504
+    error_type = "cache_miss"
+    default_code = "not_cached"
+    is_expected = True
 
 
 class EngineError(TitanError):

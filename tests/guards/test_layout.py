@@ -34,12 +34,12 @@ ALLOWED = {
         "titan.protocol",
         "titan.observability",
     },
-    "titan.cache": set(),
+    "titan.cache": {"titan.storage"},
     "titan.storage": set(),
     # Limits use the storage protocols only, never a concrete store (see test below).
     "titan.limits": {"titan.storage"},
     "titan.backends": {"titan.protocol", "titan.observability", "titan.simulate"},
-    "titan.bench": {"titan.bench"},
+    "titan.bench": {"titan.bench", "titan.cache", "titan.storage"},
     "titan.cli": {
         "titan.api",
         "titan.limits",
@@ -105,8 +105,9 @@ def test_import_rules():
     assert not violations, "\n".join(violations)
 
 
-def test_limits_use_the_storage_protocols_only():
-    for path in (PACKAGE / "limits").rglob("*.py"):
+@pytest.mark.parametrize("package", ["limits", "cache"])
+def test_state_uses_the_storage_protocols_only(package):
+    for path in (PACKAGE / package).rglob("*.py"):
         stores = {i for i in titan_imports(path) if i.startswith("titan.storage")}
         assert stores <= {"titan.storage.base"}, f"{module_name(path)} imports {stores}"
 

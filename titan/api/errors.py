@@ -115,8 +115,8 @@ def invalid_json(exc: orjson.JSONDecodeError) -> InvalidRequestError:
 
 
 async def _titan_error_handler(request: Request, exc: TitanError) -> Response:
-    # 503s are refusals under load (admission logs each one itself), not failures.
-    if exc.status_code >= 500 and exc.status_code != 503:
+    # Refusals under load (admission logs each one itself) and cache misses are not failures.
+    if exc.status_code >= 500 and not exc.is_expected:
         logger.error("request failed: %s", exc.message, extra={"path": request.url.path})
     return error_response(exc)
 

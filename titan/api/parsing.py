@@ -20,8 +20,14 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY_BYTES = 32 * 1024**2
 MAX_REQUEST_ID_CHARS = 128
 # Headers that steer the pipeline: a session for affinity routing, a total deadline, the
-# admission deadline and priority class.
-ROUTING_HEADERS = ("x-titan-session", "x-titan-timeout", "x-titan-deadline", "x-titan-priority")
+# admission deadline and priority class, cache directives.
+ROUTING_HEADERS = (
+    "x-titan-session",
+    "x-titan-timeout",
+    "x-titan-deadline",
+    "x-titan-priority",
+    "x-titan-cache",
+)
 
 
 async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:

@@ -212,3 +212,49 @@ def admission(
     console.print(
         f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
     )
+
+
+@bench_app.command("cache")
+def cache(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the cache section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    pairs: Annotated[
+        Path | None,
+        typer.Option(help="Labeled pairs, JSON lines (default: tests/data/semantic_cache_pairs)."),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="1k/5k entries and a quarter of the pairs (a smoke run)."),
+    ] = False,
+) -> None:
+    """Response cache: semantic hits vs false hits (Titan vs GPTCache's default), lookup latency
+    at 10k/100k entries, exact-hit and miss overheads."""
+    from rich.console import Console
+
+    from titan.bench.cache_bench import CacheBenchSettings, bench_cache
+    from titan.bench.cache_report import print_console
+    from titan.bench.report import display_path
+    from titan.errors import TitanError
+    from titan.service.cache_replay import replay_whole
+
+    overrides: dict = {} if pairs is None else {"pairs_path": str(pairs)}
+    settings = CacheBenchSettings.quick(**overrides) if quick else CacheBenchSettings(**overrides)
+    console = Console(log_path=False)
+    try:
+        with console.status("benchmarking") as status:
+
+            def progress(message: str) -> None:
+                console.log(message)
+                status.update(message)
+
+            outcome = bench_cache(settings, replay_whole, output=output, progress=progress)
+    except (TitanError, OSError) as exc:  # e.g. the embedding model is not installed
+        message = exc.message if isinstance(exc, TitanError) else str(exc)
+        typer.echo(f"titan bench cache: {message}", err=True)
+        raise typer.Exit(2) from None
+    print_console(outcome.results, console)
+    console.print(
+        f"Wrote {display_path(outcome.markdown_path)}, {display_path(outcome.png_path)} and "
+        f"{display_path(outcome.json_path)}"
+    )

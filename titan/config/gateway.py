@@ -22,6 +22,7 @@ from titan.config.admission import (
     Price,
     TenantConfig,
 )
+from titan.config.cache import CacheConfig
 from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -174,6 +175,7 @@ class ModelConfig(Settings):
     max_concurrency: int | None = Field(None, ge=1)
     price: Price | None = None
     degradation: DegradationConfig | None = None
+    cache: CacheConfig | None = None  # None: the global cache settings
 
     @field_validator("deployments")
     @classmethod
@@ -208,6 +210,7 @@ class TitanConfig(Settings):
     auth: AuthConfig = AuthConfig()
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     admission: AdmissionConfig = AdmissionConfig()
+    cache: CacheConfig = CacheConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:

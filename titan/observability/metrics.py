@@ -57,6 +57,12 @@ class TitanMetrics:
             "titan_degradation_level", "Steps of the degradation ladder applied.", ["model"],
             registry=r,
         )  # fmt: skip
+        self.cache_lookups = Counter(
+            "titan_cache_lookups",
+            "Response cache lookups by result (hit-exact, hit-semantic, miss).",
+            ["model", "result"],
+            registry=r,
+        )
         self.prompt_tokens = Counter(
             "titan_prompt_tokens", "Prompt tokens served.", ["model", "tenant"], registry=r
         )

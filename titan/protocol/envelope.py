@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from titan.protocol.chat import ChatCompletionRequest
+from titan.protocol.common import StreamOptions
 from titan.protocol.completions import CompletionRequest
 
 Endpoint = Literal["chat", "completion"]
@@ -36,6 +37,17 @@ class ClientRequest:
         if isinstance(parsed, ChatCompletionRequest):
             return parsed.max_output_tokens
         return parsed.max_tokens
+
+    def with_stream_usage(self) -> ClientRequest:
+        """The same stream request asking for the final usage chunk (to cache it with the
+        answer); the client's own choice stays readable in ``self.parsed.include_usage``."""
+        if self.parsed.include_usage:
+            return self
+        body = {**self.body, "stream_options": {"include_usage": True}}
+        options = StreamOptions(include_usage=True)
+        return replace(
+            self, parsed=self.parsed.model_copy(update={"stream_options": options}), body=body
+        )
 
     def with_max_output_tokens(self, cap: int) -> ClientRequest:
         """The same request with its output capped at ``cap`` tokens (graceful degradation)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from titan.cache.response_cache import ResponseCache
 from titan.config import Settings
 from titan.config.admission import Budget, Priority
 from titan.errors import AuthenticationError, InvalidRequestError, NotFoundError
@@ -34,8 +35,9 @@ class CreateKeyBody(Settings):
 
 
 class AdminService:
-    def __init__(self, gate: Gatekeeper):
+    def __init__(self, gate: Gatekeeper, cache: ResponseCache | None = None):
         self.gate = gate
+        self.cache = cache
 
     def check_master_key(self, presented: str | None) -> None:
         master = self.gate.config.auth.master_key
@@ -83,6 +85,18 @@ class AdminService:
         if not await self.gate.keys.revoke(key_id):
             raise NotFoundError(f"No API key with id '{key_id}'.", param="key_id")
         return {"id": key_id, "revoked": True}
+
+    async def cache_stats(self) -> dict[str, Any]:
+        return {"object": "cache.stats", **(await self._cache().stats())}
+
+    async def flush_cache(self, tenant: str | None, model: str | None) -> dict[str, Any]:
+        removed = await self._cache().flush(tenant=tenant, model=model)
+        return {"object": "cache.flush", "tenant": tenant, "model": model, "deleted": removed}
+
+    def _cache(self) -> ResponseCache:
+        if self.cache is None:
+            raise NotFoundError("The response cache is not running.")
+        return self.cache
 
     async def usage(
         self,

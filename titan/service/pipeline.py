@@ -16,11 +16,11 @@ from typing import Any
 
 from titan.backends import Backend, create_backend
 from titan.cache.embedder import Embedder
+from titan.cache.response_cache import ResponseCache
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
 from titan.errors import (
     InvalidRequestError,
     ModelNotFoundError,
-    OverloadedError,
     ServiceUnavailableError,
 )
 from titan.observability.metrics import TitanMetrics
@@ -28,13 +28,14 @@ from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RoutedModel
 from titan.router.retry import HedgeBudget
-from titan.service.accounting import StreamMeter, canned_answer, canned_stream, usage_of
-from titan.service.admission import CHARS_PER_TOKEN, Caller, Gatekeeper, Ticket
+from titan.service.admission import Gatekeeper
 from titan.service.attempts import AttemptRunner, Routed
+from titan.service.caching import CacheStep
 from titan.service.probes import run_probes
-from titan.service.streaming import close_stream
+from titan.service.requests import RequestFlow
 from titan.service.traits import request_traits
 from titan.storage import Storage, open_storage
+from titan.storage.memory_cache import MemoryCache
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class Pipeline:
         self.registry: Registry | None = None
         self.runner: AttemptRunner | None = None
         self._embedder: Embedder | None = None
+        self.cache: ResponseCache | None = None
+        self.flow: RequestFlow | None = None
         self._probe_task: asyncio.Task[None] | None = None
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -113,6 +116,16 @@ class Pipeline:
         self.runner = AttemptRunner(
             registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
         )
+        await self._start_cache()
+        self.flow = RequestFlow(
+            self.gate,
+            self.runner,
+            CacheStep(self.cache, self.config, self.metrics),  # type: ignore[arg-type]
+            route=self._route,
+            model_named=self._model,
+            now=self._now,
+            retry_after_s=self.config.admission.default_deadline_s / 4,
+        )
         self.registry = registry  # last: a registry means ready to route
         if self.config.probes.enabled:
             self._probe_task = asyncio.create_task(run_probes(registry, self.config.probes))
@@ -138,12 +151,27 @@ class Pipeline:
             configs[name] = model.model_copy(update={"name": name})
         logger.info("serving the upstream's models", extra={"models": listed})
 
+    async def _embedder_loaded(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = await asyncio.to_thread(Embedder.load)
+        return self._embedder
+
+    async def _start_cache(self) -> None:
+        """The response cache on the storage's cache store; the embedding model only when some
+        model caches semantically."""
+        configs = [m.cache or self.config.cache for m in self.config.models]
+        is_semantic = any(c.semantic for c in [*configs, self.config.cache])
+        embedder = await self._embedder_loaded() if is_semantic else None
+        store = self.storage.cache or MemoryCache()  # type: ignore[union-attr]
+        self.cache = ResponseCache(store, embedder=embedder)
+        await self.cache.start()
+
     async def _load_classifiers(self, registry: Registry) -> None:
         """Embed the examples of similarity tier rules, if any (loads the embedding model)."""
         models = [m for m in registry.models.values() if m.classifies_by_similarity]
         if not models:
             return
-        self._embedder = await asyncio.to_thread(Embedder.load)
+        await self._embedder_loaded()
         for model in models:
             model.tier_examples = [
                 await asyncio.to_thread(self._embedder.encode, list(rule.similar_to))
@@ -193,6 +221,8 @@ class Pipeline:
                 await backend.shutdown()
             except Exception:
                 logger.exception("backend shutdown failed", extra={"backend": backend.name})
+        if self.cache is not None:
+            await self.cache.close()
         if self.gate is not None:
             await self.gate.close()
         if self.storage is not None and self._owns_storage:
@@ -269,92 +299,17 @@ class Pipeline:
             )
         return self._now() + seconds
 
-    async def _admit(
-        self, request: ClientRequest
-    ) -> tuple[ClientRequest, RoutedModel, Any, float | None, Ticket | str]:
-        """Authenticate, route, check the policy, degrade, reserve limits and queue. The last
-        item is the ticket to finish, or a configured reply (cache-only degradation)."""
-        gate = self.gate
-        if gate is None:
-            raise ServiceUnavailableError("The models are still loading; retry shortly.")
-        caller: Caller = await gate.authenticate(request)
-        admission_deadline = gate.deadline(request)
-        model, traits, deadline = await self._route(request)
-        await gate.check_policy(caller, request.model or model.name)
-        degradation = gate.degradation(model.name, caller)
-        if (step := degradation.step("fallback_model")) is not None:
-            model = self._model(step.model)
-        if (step := degradation.step("cap_max_tokens")) is not None:
-            request = request.with_max_output_tokens(step.max_tokens)  # type: ignore[arg-type]
-        if (step := degradation.step("cache_only")) is not None:
-            # No cache hit to serve yet (the response cache comes later): the configured reply,
-            # else a refusal that says why.
-            gate.metrics.inc(gate.metrics.degraded, model.name, "cache_only")
-            if step.reply is not None:
-                return request, model, traits, deadline, step.reply
-            error = OverloadedError(
-                f"Model '{model.name}' is overloaded and answers requests of the "
-                f"{caller.priority} class from the cache only; nothing is cached for this one. "
-                "Retry later.",
-                retry_after=self.config.admission.default_deadline_s / 4,
-                code="degraded_cache_only",
-            )
-            gate.refused(model.name, error, caller)
-            raise error
-        ticket = await gate.admit(
-            caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
-        )
-        return request, model, traits, deadline, ticket
-
     async def complete(self, request: ClientRequest) -> Routed[Answer]:
-        request, model, traits, deadline, ticket = await self._admit(request)
-        if isinstance(ticket, str):
-            return _canned(canned_answer(request, model.name, ticket), model.name)
-        gate: Gatekeeper = self.gate  # type: ignore[assignment]
-        started = self._now()
-        try:
-            routed = await self.runner.complete(request, model, traits, deadline)  # type: ignore[union-attr]
-        except BaseException:
-            await gate.finish(ticket, None, is_served=False)
-            raise
-        gate.observe_first_token(ticket, self._now() - started)
-        await gate.finish(ticket, usage_of(routed.value), is_served=True)
-        routed.headers.update(ticket.headers)
-        return routed
+        return await self._flow().complete(request)
 
     async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
         """A started stream: refusals (and retries) happen before the first chunk is handed out."""
-        request, model, traits, deadline, ticket = await self._admit(request)
-        if isinstance(ticket, str):
-            return _canned(canned_stream(request, model.name, ticket), model.name)
-        gate: Gatekeeper = self.gate  # type: ignore[assignment]
-        started = self._now()
-        try:
-            routed = await self.runner.stream(request, model, traits, deadline)  # type: ignore[union-attr]
-        except BaseException:
-            await gate.finish(ticket, None, is_served=False)
-            raise
-        gate.observe_first_token(ticket, self._now() - started)
-        meter = StreamMeter(-(-traits.prompt_chars // CHARS_PER_TOKEN))
-        routed.headers.update(ticket.headers)
-        return dataclasses.replace(routed, value=_metered(routed.value, meter, gate, ticket))
+        return await self._flow().stream(request)
 
-
-def _canned(value: Any, model: str) -> Routed[Any]:
-    return Routed(value, model, "degraded", 0, {"x-titan-degraded": "cache_only"})
-
-
-async def _metered(
-    stream: AsyncIterator[Answer], meter: StreamMeter, gate: Gatekeeper, ticket: Ticket
-) -> AsyncIterator[Answer]:
-    """The stream, finishing its admission ticket when it ends (or the client leaves)."""
-    try:
-        async for chunk in stream:
-            meter.see(chunk)
-            yield chunk
-    finally:
-        await close_stream(stream)
-        await gate.finish(ticket, meter.result(), is_served=meter.num_chunks > 0)
+    def _flow(self) -> RequestFlow:
+        if self.flow is None:
+            raise ServiceUnavailableError("The models are still loading; retry shortly.")
+        return self.flow
 
 
 def build_pipeline(config: TitanConfig) -> Pipeline:

@@ -1,4 +1,5 @@
-"""Shared state: documents, counters and atomic limit buckets behind one ``storage:`` URL.
+"""Shared state: documents, counters, atomic limit buckets and cached answers behind one
+``storage:`` URL.
 
 Only the protocols and ``open_storage`` are exported; the Redis client is imported when a
 ``redis://`` URL is opened, so importing this package stays cheap.
@@ -7,6 +8,8 @@ Only the protocols and ``open_storage`` are exported; the Redis client is import
 from titan.storage.base import (
     Acquisition,
     Bucket,
+    CacheEntry,
+    CacheStore,
     ConcurrencySlot,
     CounterStore,
     DocumentStore,
@@ -20,6 +23,8 @@ from titan.storage.factory import open_storage
 __all__ = [
     "Acquisition",
     "Bucket",
+    "CacheEntry",
+    "CacheStore",
     "ConcurrencySlot",
     "CounterStore",
     "DocumentStore",

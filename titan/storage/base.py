@@ -134,6 +134,57 @@ class CounterStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached answer. ``tags``: what flushes select on and the semantic index needs (tenant,
+    model, scope, the query text); ``embedding``: float32 bytes for semantic entries."""
+
+    key: str
+    value: bytes
+    created_at: float  # unix seconds
+    expires_at: float  # unix seconds
+    tags: Mapping[str, str] = field(default_factory=dict)
+    embedding: bytes | None = None
+
+    @property
+    def num_bytes(self) -> int:
+        return len(self.value) + len(self.embedding or b"") + len(self.key)
+
+
+class CacheStore(Protocol):
+    """Cached answers by namespace ("exact", "semantic") and key, with a TTL per entry and a cap
+    on entries per namespace that evicts the least recently used. Time is wall-clock (unix
+    seconds; the memory store's clock is injectable), shared by replicas."""
+
+    async def get(self, namespace: str, key: str) -> CacheEntry | None:
+        """The live entry (not expired), marking it recently used; None otherwise."""
+        ...
+
+    async def put(self, namespace: str, entry: CacheEntry, *, max_entries: int) -> list[str]:
+        """Store (or replace) the entry, then evict least recently used entries until at most
+        ``max_entries`` remain; returns the evicted keys."""
+        ...
+
+    async def delete(self, namespace: str, key: str) -> bool: ...
+
+    async def flush(
+        self, namespace: str, *, tenant: str | None = None, model: str | None = None
+    ) -> int:
+        """Delete every entry whose tags match (None: any); returns how many."""
+        ...
+
+    async def added_since(
+        self, namespace: str, since: float, *, limit: int = 10_000
+    ) -> list[CacheEntry]:
+        """Live entries created after ``since``, oldest first (a semantic index follows the
+        shared entries with this, and rebuilds itself with ``since=0``)."""
+        ...
+
+    async def stats(self, namespace: str) -> dict[str, int]:
+        """``{"entries": n, "bytes": b}`` of the live entries."""
+        ...
+
+
 @dataclass
 class Storage:
     """The stores one ``storage:`` URL opens; ``close`` releases their connections."""
@@ -142,6 +193,7 @@ class Storage:
     documents: DocumentStore
     counters: CounterStore
     limits: LimitStore
+    cache: CacheStore | None = None  # None until a store for cached answers is opened
     closers: list[Any] = field(default_factory=list)
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 from titan.errors import ConfigError, ServiceUnavailableError
 from titan.storage.base import Storage
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
+from titan.storage.memory_cache import MemoryCache
 
 SCHEMES = "memory://, sqlite:///PATH (sqlite:///~/x.db, sqlite:////abs/x.db), redis://, rediss://"
 REDIS_CONNECT_TIMEOUT_S = 5.0
@@ -23,11 +24,16 @@ async def open_storage(
     ``rediss://`` (everything, shared by replicas; keys start with ``key_prefix``).
 
     ``now`` is the memory stores' clock (tests inject one); SQLite and Redis keep their own.
+    Cached answers expire by wall-clock time, so without ``now`` their memory store uses
+    ``time.time``, not the monotonic clock of the limits.
     """
     clock = now or time.monotonic
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
-        return Storage(url, MemoryDocuments(), MemoryCounters(clock), MemoryLimits(clock))
+        cache = MemoryCache(now or time.time)
+        return Storage(
+            url, MemoryDocuments(), MemoryCounters(clock), MemoryLimits(clock), cache=cache
+        )
     if scheme == "sqlite":
         return await _open_sqlite(url, clock)
     if scheme in ("redis", "rediss"):
@@ -37,6 +43,7 @@ async def open_storage(
 
 async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
     from titan.storage.sqlite import SqliteCounters, SqliteDatabase, SqliteDocuments
+    from titan.storage.sqlite_cache import SqliteCache
 
     # SQLAlchemy's convention: what follows ``sqlite:///`` is the path, so ``sqlite:///x.db`` is
     # relative, ``sqlite:////abs/x.db`` absolute and ``sqlite:///~/x.db`` under the home.
@@ -49,7 +56,12 @@ async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
     except Exception as exc:  # sqlite3.Error, OSError (permissions, a directory in the way)
         raise ConfigError(f"storage: cannot open SQLite database {path!r}: {exc}") from exc
     return Storage(
-        url, SqliteDocuments(db), SqliteCounters(db), MemoryLimits(clock), closers=[db.close]
+        url,
+        SqliteDocuments(db),
+        SqliteCounters(db),
+        MemoryLimits(clock),
+        cache=SqliteCache(db),
+        closers=[db.close],
     )
 
 
@@ -59,6 +71,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
     import redis.exceptions
 
     from titan.storage.redis import RedisCounters, RedisDocuments, RedisLimits
+    from titan.storage.redis_cache import RedisCache
 
     try:
         # A blocking pool: a burst waits for a free connection instead of failing with
@@ -84,6 +97,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         RedisDocuments(client, prefix=key_prefix),
         RedisCounters(client, prefix=key_prefix),
         RedisLimits(client, prefix=key_prefix),
+        cache=RedisCache(client, prefix=key_prefix),
         closers=[client.aclose, pool.disconnect],
     )
 

@@ -1,4 +1,4 @@
-"""Durable documents and counters in one SQLite file (WAL).
+"""Durable documents, counters and cached answers in one SQLite file (WAL).
 
 sqlite3 blocks, so every call runs in a worker thread; one lock serializes the connection (it is
 shared by threads: ``check_same_thread=False``). Other processes may open the same file (``titan
@@ -41,6 +41,23 @@ CREATE TABLE IF NOT EXISTS counters (
     expires_at REAL,
     PRIMARY KEY (namespace, id, field)
 ) WITHOUT ROWID;
+-- A rowid table (unlike the two above): its rows hold answers and embeddings, large blobs that
+-- WITHOUT ROWID tables store poorly. The expiry index lets put drop expired rows without a scan.
+CREATE TABLE IF NOT EXISTS cache_entries (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    embedding BLOB,
+    tags TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    last_used REAL NOT NULL,
+    num_bytes INTEGER NOT NULL,
+    PRIMARY KEY (namespace, key)
+);
+CREATE INDEX IF NOT EXISTS cache_entries_lru ON cache_entries (namespace, last_used);
+CREATE INDEX IF NOT EXISTS cache_entries_created ON cache_entries (namespace, created_at);
+CREATE INDEX IF NOT EXISTS cache_entries_expiry ON cache_entries (namespace, expires_at);
 """
 
 

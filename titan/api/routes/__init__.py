@@ -23,4 +23,6 @@ def all_routes() -> list[BaseRoute]:
         Route("/admin/keys", admin.create_key, methods=["POST"]),
         Route("/admin/keys/{key_id}", admin.revoke_key, methods=["DELETE"]),
         Route("/admin/usage", admin.all_usage, methods=["GET"]),
+        Route("/admin/cache", admin.cache_stats, methods=["GET"]),
+        Route("/admin/cache", admin.flush_cache, methods=["DELETE"]),
     ]

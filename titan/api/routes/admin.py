@@ -1,4 +1,5 @@
-"""Keys and usage: /admin/keys, /admin/usage (master key), /v1/usage (a key's own), /metrics."""
+"""Keys, usage and the cache: /admin/keys, /admin/usage, /admin/cache (master key), /v1/usage
+(a key's own), /metrics."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from titan.service import AdminService, parse_time
 
 
 def _admin(request: Request, *, needs_master_key: bool = True) -> AdminService:
-    gate = pipeline_of(request).gate
-    if gate is None:
+    pipeline = pipeline_of(request)
+    if pipeline.gate is None:
         raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-    admin = AdminService(gate)
+    admin = AdminService(pipeline.gate, pipeline.cache)
     if needs_master_key:
         admin.check_master_key(presented_api_key(request))
     return admin
@@ -56,6 +57,16 @@ async def own_usage(request: Request) -> Response:
     granularity, start, end = _period(request)
     usage = await admin.own_usage(presented_api_key(request), granularity, start, end)
     return JSONResponse(usage)
+
+
+async def cache_stats(request: Request) -> Response:
+    return JSONResponse(await _admin(request).cache_stats())
+
+
+async def flush_cache(request: Request) -> Response:
+    query = request.query_params
+    admin = _admin(request)
+    return JSONResponse(await admin.flush_cache(query.get("tenant"), query.get("model")))
 
 
 async def metrics(request: Request) -> Response:

@@ -1,0 +1,162 @@
+"""The response cache over a memory store with a fake embedder whose vectors the test chooses:
+exact and semantic hits, the threshold, guards, TTL, eviction, and a second replica's index
+following the shared store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from titan.cache.keys import request_keys
+from titan.cache.response_cache import ResponseCache
+from titan.config.cache import CacheConfig
+from titan.storage.memory_cache import MemoryCache
+
+SEMANTIC = CacheConfig(semantic=True, threshold=0.9, ttl_s=60, max_entries=3)
+
+
+class FakeEmbedder:
+    """Vectors by hand: texts listed together in ``near`` get vectors with cosine ~0.95."""
+
+    def __init__(self, *near_groups: tuple[str, ...]):
+        self.vectors: dict[str, np.ndarray] = {}
+        rng = np.random.default_rng(0)
+        for group in near_groups:
+            base = rng.standard_normal(384)
+            for text in group:
+                vector = base + 0.2 * rng.standard_normal(384)
+                self.vectors[text] = vector / np.linalg.norm(vector)
+        self.num_calls = 0
+
+    async def embed(self, text: str) -> tuple[float, ...]:
+        self.num_calls += 1
+        if text not in self.vectors:
+            vector = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(384)
+            self.vectors[text] = vector / np.linalg.norm(vector)
+        return tuple(self.vectors[text])
+
+
+def keys(question: str, tenant: str = "acme", system: str = "Be brief."):
+    body = {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ],
+        "temperature": 0,
+    }
+    return request_keys(tenant, "m", "chat", body)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def cache_with(embedder: FakeEmbedder, clock: Clock, store: MemoryCache | None = None):
+    return ResponseCache(store or MemoryCache(clock), embedder=embedder, now=clock)  # type: ignore[arg-type]
+
+
+async def remember(cache: ResponseCache, question: str, answer: bytes, **key_args) -> None:
+    lookup = await cache.lookup(keys(question, **key_args), SEMANTIC)
+    assert lookup.hit is None
+    await cache.store_answer(lookup, SEMANTIC, tenant="acme", model="m", value=answer)
+
+
+PARIS = "What is the capital city of France?"
+PARIS_AGAIN = "Which city is the capital of France?"
+NOT_PARIS = "What is not the capital city of France?"
+
+
+async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: Clock):
+    embedder = FakeEmbedder((PARIS, PARIS_AGAIN, NOT_PARIS))
+    cache = cache_with(embedder, clock)
+    await remember(cache, PARIS, b'{"answer": "Paris"}')
+
+    exact = await cache.lookup(keys(PARIS), SEMANTIC)
+    assert exact.hit is not None and exact.hit.kind == "exact"
+    calls = embedder.num_calls
+    semantic = await cache.lookup(keys(PARIS_AGAIN), SEMANTIC)
+    assert semantic.hit is not None and semantic.hit.kind == "semantic"
+    assert semantic.hit.value == b'{"answer": "Paris"}'
+    assert 0.9 <= semantic.hit.similarity <= 1.0  # type: ignore[operator]
+    assert embedder.num_calls == calls + 1
+
+    negated = await cache.lookup(keys(NOT_PARIS), SEMANTIC)
+    assert negated.hit is None
+    assert cache.counters.guard_refusals["negation"] == 1
+
+    unrelated = await cache.lookup(keys("How do volcanoes form under the sea?"), SEMANTIC)
+    assert unrelated.hit is None
+    strict = SEMANTIC.model_copy(update={"threshold": 0.999})
+    assert (await cache.lookup(keys(PARIS_AGAIN), strict)).hit is None
+
+
+async def test_scopes_keep_tenants_and_conversations_apart(clock: Clock):
+    cache = cache_with(FakeEmbedder((PARIS, PARIS_AGAIN)), clock)
+    await remember(cache, PARIS, b"{}")
+    assert (await cache.lookup(keys(PARIS_AGAIN, tenant="globex"), SEMANTIC)).hit is None
+    assert (await cache.lookup(keys(PARIS, tenant="globex"), SEMANTIC)).hit is None
+    assert (await cache.lookup(keys(PARIS_AGAIN, system="Be long."), SEMANTIC)).hit is None
+
+
+async def test_short_questions_are_not_matched_by_meaning(clock: Clock):
+    embedder = FakeEmbedder(("Paris?", "France capital?"))
+    cache = cache_with(embedder, clock)
+    lookup = await cache.lookup(keys("Paris?"), SEMANTIC)
+    assert embedder.num_calls == 0  # not even embedded
+    await cache.store_answer(lookup, SEMANTIC, tenant="acme", model="m", value=b"{}")
+    assert (await cache.lookup(keys("France capital?"), SEMANTIC)).hit is None
+
+
+async def test_entries_expire_and_the_least_recently_used_are_evicted(clock: Clock):
+    exact_only = CacheConfig(ttl_s=60, max_entries=3)
+    cache = cache_with(FakeEmbedder(), clock)
+    questions = [f"Tell me about the history of city number {i}" for i in range(4)]
+
+    async def hit(question: str) -> bool:
+        return (await cache.lookup(keys(question), exact_only)).hit is not None
+
+    for question in questions:
+        lookup = await cache.lookup(keys(question), exact_only)
+        await cache.store_answer(lookup, exact_only, tenant="acme", model="m", value=b"{}")
+        if question == questions[2]:
+            clock.now += 1
+            assert await hit(questions[0])  # now the most recently used
+    assert not await hit(questions[1])  # the least recently used went for questions[3]
+    assert await hit(questions[0]) and await hit(questions[3])
+    clock.now += exact_only.ttl_s + 1
+    assert not await hit(questions[0])
+
+
+async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: Clock):
+    embedder = FakeEmbedder((PARIS, PARIS_AGAIN))
+    store = MemoryCache(clock)
+    first = cache_with(embedder, clock, store)
+    await first.start()
+    await remember(first, PARIS, b'{"answer": "Paris"}')
+    second = cache_with(embedder, clock, store)
+    await second.start()  # rebuilt from the store
+    assert (await second.lookup(keys(PARIS_AGAIN), SEMANTIC)).hit is not None
+
+    berlin, berlin_again = (
+        "What is the capital city of Germany?",
+        "Which city is Germany's capital?",
+    )
+    embedder.vectors.update(FakeEmbedder((berlin, berlin_again)).vectors)
+    clock.now += 1
+    await remember(first, berlin, b'{"answer": "Berlin"}')
+    assert (await second.lookup(keys(berlin_again), SEMANTIC)).hit is None  # not followed yet
+    await second.sync()
+    assert (await second.lookup(keys(berlin_again), SEMANTIC)).hit is not None
+    assert await second.flush(tenant="acme") == 4  # exact and semantic entries of both
+    assert (await first.lookup(keys(PARIS), SEMANTIC)).hit is None
+    await first.close()
+    await second.close()

@@ -1,0 +1,236 @@
+"""The response cache: exact hits by fingerprint, semantic hits by meaning within a scope.
+
+Entries live in a ``CacheStore`` (memory, SQLite or Redis: shared by replicas). The semantic
+index is per replica: rebuilt from the store at start, then following entries other replicas add
+(``added_since`` every ``SYNC_INTERVAL_S``); an entry evicted or expired elsewhere is dropped from
+the index the first time a lookup finds it gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from titan.cache.embedder import Embedder
+from titan.cache.guards import refusal
+from titan.cache.index import ScopedIndex
+from titan.cache.keys import RequestKeys
+from titan.config.cache import CacheConfig
+from titan.storage.base import CacheEntry, CacheStore
+
+logger = logging.getLogger("titan.cache")
+
+EXACT, SEMANTIC = "exact", "semantic"
+# How often the semantic index picks up entries other replicas stored: their answers become
+# semantic hits here at most this late (exact hits are shared at once).
+SYNC_INTERVAL_S = 2.0
+SYNC_PAGE = 10_000
+CLOCK_SKEW_S = 5.0
+# Semantic candidates checked per lookup: the nearest may fail a guard while the next passes.
+NUM_CANDIDATES = 4
+EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
+
+
+@dataclass(frozen=True)
+class CacheHit:
+    kind: Literal["exact", "semantic"]
+    value: bytes
+    similarity: float | None = None
+
+
+@dataclass
+class Lookup:
+    """What a lookup learned, for storing the answer afterwards without embedding twice."""
+
+    keys: RequestKeys
+    embedding: np.ndarray | None = None
+    hit: CacheHit | None = None
+
+
+@dataclass
+class CacheCounters:
+    hits: Counter[str] = field(default_factory=Counter)  # by kind
+    misses: int = 0
+    stores: int = 0
+    guard_refusals: Counter[str] = field(default_factory=Counter)  # by reason
+
+
+class ResponseCache:
+    def __init__(
+        self,
+        store: CacheStore,
+        *,
+        embedder: Embedder | None = None,
+        now: Callable[[], float] = time.time,
+    ):
+        self.store = store
+        self.embedder = embedder  # None: no semantic caching
+        self._now = now
+        self.index = ScopedIndex(EMBEDDING_DIM)
+        self._indexed: dict[str, tuple[str, float]] = {}  # key -> (scope, expires_at)
+        self._cursor = 0.0  # created_at of the newest entry indexed
+        self._sync_task: asyncio.Task[None] | None = None
+        self.counters = CacheCounters()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Rebuild the semantic index from the store, then follow it."""
+        if self.embedder is None:
+            return
+        await self.sync()
+        self._sync_task = asyncio.create_task(self._follow())
+
+    async def close(self) -> None:
+        if self._sync_task is not None:
+            self._sync_task.cancel()
+            await asyncio.gather(self._sync_task, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(SYNC_INTERVAL_S)
+            try:
+                await self.sync()
+            except Exception:  # the store is unreachable: lookups go on with what is indexed
+                logger.exception("following the semantic cache entries failed")
+
+    async def sync(self) -> None:
+        """Index the semantic entries stored since the last sync; forget expired ones."""
+        now = self._now()
+        while True:
+            # Replicas' clocks differ a little: look back a margin; known entries are skipped.
+            since = max(0.0, self._cursor - CLOCK_SKEW_S)
+            entries = await self.store.added_since(SEMANTIC, since, limit=SYNC_PAGE)
+            new = [entry for entry in entries if entry.key not in self._indexed]
+            for entry in new:
+                self._index(entry)
+                self._cursor = max(self._cursor, entry.created_at)
+            if len(entries) < SYNC_PAGE or not new:
+                break
+        for key, (scope, expires_at) in list(self._indexed.items()):
+            if expires_at <= now:
+                self._forget(key, scope)
+
+    def _index(self, entry: CacheEntry) -> None:
+        scope = entry.tags.get("scope")
+        if entry.embedding is None or scope is None or entry.expires_at <= self._now():
+            return
+        self.index.add(scope, entry.key, np.frombuffer(entry.embedding, dtype=np.float32))
+        self._indexed[entry.key] = (scope, entry.expires_at)
+
+    def _forget(self, key: str, scope: str) -> None:
+        self.index.remove(scope, key)
+        self._indexed.pop(key, None)
+
+    # ---- lookups -------------------------------------------------------------------------
+
+    async def lookup(self, keys: RequestKeys, config: CacheConfig) -> Lookup:
+        lookup = Lookup(keys)
+        if config.exact:
+            entry = await self.store.get(EXACT, keys.exact)
+            if entry is not None:
+                lookup.hit = CacheHit("exact", entry.value)
+                self.counters.hits["exact"] += 1
+                return lookup
+        if self._can_be_semantic(keys, config):
+            lookup.embedding = await self.embedder.embed(keys.question)  # type: ignore[union-attr, arg-type]
+            lookup.hit = await self._nearest(keys, lookup.embedding, config)
+            if lookup.hit is not None:
+                self.counters.hits["semantic"] += 1
+                return lookup
+        self.counters.misses += 1
+        return lookup
+
+    def _can_be_semantic(self, keys: RequestKeys, config: CacheConfig) -> bool:
+        return (
+            config.semantic
+            and self.embedder is not None
+            and keys.scope is not None
+            and keys.question is not None
+            and len(keys.question.split()) >= config.min_query_words
+        )
+
+    async def _nearest(
+        self, keys: RequestKeys, embedding: np.ndarray, config: CacheConfig
+    ) -> CacheHit | None:
+        scope = keys.scope
+        for key, similarity in self.index.search(scope, embedding, NUM_CANDIDATES):  # type: ignore[arg-type]
+            if similarity < config.threshold:
+                break  # best first: the rest are further
+            entry = await self.store.get(SEMANTIC, key)
+            if entry is None:  # expired or evicted (perhaps by another replica)
+                self._forget(key, scope)  # type: ignore[arg-type]
+                continue
+            reason = refusal(
+                keys.question, entry.tags.get("question", ""), min_words=config.min_query_words
+            )  # type: ignore[arg-type]
+            if reason is not None:
+                self.counters.guard_refusals[reason] += 1
+                continue
+            return CacheHit("semantic", entry.value, round(float(similarity), 4))
+        return None
+
+    # ---- storing -------------------------------------------------------------------------
+
+    async def store_answer(
+        self, lookup: Lookup, config: CacheConfig, *, tenant: str | None, model: str, value: bytes
+    ) -> None:
+        if len(value) > config.max_answer_bytes:
+            return
+        now = self._now()
+        tags = {"tenant": tenant or "", "model": model}
+        expires_at = now + config.ttl_s
+        if config.exact:
+            entry = CacheEntry(lookup.keys.exact, value, now, expires_at, tags)
+            await self.store.put(EXACT, entry, max_entries=config.max_entries)
+        if lookup.embedding is not None and lookup.keys.scope is not None:
+            semantic_tags = {
+                **tags,
+                "scope": lookup.keys.scope,
+                "question": lookup.keys.question or "",
+            }
+            entry = CacheEntry(
+                lookup.keys.exact,
+                value,
+                now,
+                expires_at,
+                semantic_tags,
+                np.asarray(lookup.embedding, dtype=np.float32).tobytes(),
+            )
+            evicted = await self.store.put(SEMANTIC, entry, max_entries=config.max_entries)
+            self._index(entry)
+            for key in evicted:
+                scope_and_expiry = self._indexed.get(key)
+                if scope_and_expiry is not None:
+                    self._forget(key, scope_and_expiry[0])
+        self.counters.stores += 1
+
+    # ---- admin ---------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, object]:
+        return {
+            "exact": await self.store.stats(EXACT),
+            "semantic": {**await self.store.stats(SEMANTIC), "indexed": len(self.index)},
+            "hits": dict(self.counters.hits),
+            "misses": self.counters.misses,
+            "stores": self.counters.stores,
+            "guard_refusals": dict(self.counters.guard_refusals),
+        }
+
+    async def flush(self, *, tenant: str | None = None, model: str | None = None) -> int:
+        removed = await self.store.flush(EXACT, tenant=tenant, model=model)
+        removed += await self.store.flush(SEMANTIC, tenant=tenant, model=model)
+        # The index forgets what is gone: rebuilt from what remains.
+        self.index.clear()
+        self._indexed.clear()
+        self._cursor = 0.0
+        if self.embedder is not None:
+            await self.sync()
+        return removed

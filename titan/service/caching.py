@@ -1,0 +1,135 @@
+"""The response cache inside the pipeline: directives, lookup, replay and storing the answer.
+
+A hit costs no limits and no backend work. Only deterministic requests are stored (unless the
+model's cache config says ``cache_sampled``), only whole answers (a stream cut short is not), and
+never under ``no-store``. A stream that is to be stored asks its backend for the usage chunk, so
+that a replay carries the original usage; the client sees that chunk only if it asked for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from titan.cache.keys import is_deterministic, parse_directives, request_keys
+from titan.cache.response_cache import Lookup, ResponseCache
+from titan.config import TitanConfig
+from titan.config.cache import CacheConfig
+from titan.errors import NotCachedError
+from titan.observability.metrics import TitanMetrics
+from titan.protocol import Answer, ClientRequest, answer_bytes
+from titan.service.attempts import Routed
+from titan.service.cache_replay import StreamAssembler, replay_stream, replay_whole
+from titan.service.streaming import close_stream
+
+CACHE_HEADER = "x-titan-cache"
+
+
+@dataclass
+class CachePlan:
+    config: CacheConfig
+    lookup: Lookup  # under no-cache: the keys only, nothing looked up
+    tenant: str | None
+    model: str
+    is_storable: bool
+
+    @property
+    def headers(self) -> dict[str, str]:
+        hit = self.lookup.hit
+        if hit is None:
+            return {CACHE_HEADER: "miss"}
+        headers = {CACHE_HEADER: f"hit-{hit.kind}"}
+        if hit.similarity is not None:
+            headers["x-titan-cache-similarity"] = f"{hit.similarity:.4f}"
+        return headers
+
+
+class CacheStep:
+    def __init__(self, cache: ResponseCache, config: TitanConfig, metrics: TitanMetrics):
+        self.cache = cache
+        self.metrics = metrics
+        self._configs = {
+            m.name: m.cache if m.cache is not None else config.cache
+            for m in config.models
+            if m.name is not None
+        }
+        self._default = config.cache
+
+    def config_for(self, model: str) -> CacheConfig:
+        return self._configs.get(model, self._default)
+
+    async def lookup(
+        self, request: ClientRequest, tenant: str | None, model: str
+    ) -> CachePlan | None:
+        """None when the model caches nothing. Raises NotCachedError for an only-if-cached miss."""
+        config = self.config_for(model)
+        directives = parse_directives(request.headers.get(CACHE_HEADER), request.body.get("cache"))
+        if not (config.exact or config.semantic):
+            if "only-if-cached" in directives:
+                raise NotCachedError(f"Model '{model}' caches no answers (only-if-cached).")
+            return None
+        keys = request_keys(tenant, model, request.endpoint, request.body)
+        is_storable = "no-store" not in directives and (
+            config.cache_sampled or is_deterministic(request.body)
+        )
+        if "no-cache" in directives:
+            lookup = Lookup(keys)  # stored afterwards without an embedding: as an exact entry
+        else:
+            lookup = await self.cache.lookup(keys, config)
+        plan = CachePlan(config, lookup, tenant, model, is_storable)
+        hit = lookup.hit
+        self.metrics.inc(self.metrics.cache_lookups, model, f"hit-{hit.kind}" if hit else "miss")
+        if hit is None and "only-if-cached" in directives:
+            raise NotCachedError(
+                "No cached answer for this request (only-if-cached). Send it without the "
+                "directive to have the model answer it."
+            )
+        return plan
+
+    def replay(self, plan: CachePlan, request: ClientRequest) -> Routed[object]:
+        hit = plan.lookup.hit
+        value: object
+        if request.is_stream:
+            value = replay_stream(hit.value, request.endpoint, request.parsed.include_usage)  # type: ignore[union-attr]
+        else:
+            value = replay_whole(hit.value, request.endpoint)  # type: ignore[union-attr]
+        return Routed(value, plan.model, "cache", 0, plan.headers)
+
+    async def store_whole(self, plan: CachePlan, answer: Answer) -> None:
+        if plan.is_storable:
+            await self.cache.store_answer(
+                plan.lookup, plan.config, tenant=plan.tenant, model=plan.model,
+                value=answer_bytes(answer),
+            )  # fmt: skip
+
+    def recording(
+        self, plan: CachePlan, request: ClientRequest, stream: AsyncIterator[Answer]
+    ) -> AsyncIterator[Answer]:
+        """The stream as the client asked for it, stored once it has ended whole."""
+        if not plan.is_storable:
+            return stream
+        return self._record(plan, request, stream)
+
+    async def _record(
+        self, plan: CachePlan, request: ClientRequest, stream: AsyncIterator[Answer]
+    ) -> AsyncIterator[Answer]:
+        assembler = StreamAssembler(request.endpoint)
+        wants_usage = request.parsed.include_usage
+        try:
+            async for chunk in stream:
+                assembler.add(chunk)
+                if not wants_usage and _is_usage_only(chunk):
+                    continue  # asked for the cache's sake, not the client's
+                yield chunk
+        finally:
+            await close_stream(stream)
+        whole = assembler.whole()
+        if whole is not None:
+            await self.cache.store_answer(
+                plan.lookup, plan.config, tenant=plan.tenant, model=plan.model, value=whole
+            )
+
+
+def _is_usage_only(chunk: Answer) -> bool:
+    data = answer_bytes(chunk)
+    return b'"usage"' in data and (b'"choices":[]' in data or b'"choices": []' in data)

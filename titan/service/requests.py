@@ -1,0 +1,164 @@
+"""One request's way through the pipeline:
+
+authenticate → route (tiers, splits) → policy (model allowed, budget) → response cache (a hit is
+answered here) → degradation → limits and the admission queue → the attempt runner → settle the
+limits, record the usage, store the answer in the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from titan.errors import OverloadedError
+from titan.protocol import Answer, ClientRequest
+from titan.router.registry import RoutedModel
+from titan.service.accounting import StreamMeter, canned_answer, canned_stream, usage_of
+from titan.service.admission import CHARS_PER_TOKEN, Gatekeeper, Ticket
+from titan.service.attempts import AttemptRunner, Routed
+from titan.service.caching import CachePlan, CacheStep
+from titan.service.streaming import close_stream
+
+
+@dataclass
+class Prepared:
+    """A request ready for the runner, or answered already (``answered``)."""
+
+    request: ClientRequest
+    model: RoutedModel
+    traits: Any
+    deadline: float | None
+    ticket: Ticket | None = None
+    cache: CachePlan | None = None
+    answered: Routed[Any] | None = None
+
+
+class RequestFlow:
+    def __init__(
+        self,
+        gate: Gatekeeper,
+        runner: AttemptRunner,
+        cache: CacheStep,
+        *,
+        route: Callable[[ClientRequest], Any],
+        model_named: Callable[[str | None], RoutedModel],
+        now: Callable[[], float],
+        retry_after_s: float,
+    ):
+        self.gate = gate
+        self.runner = runner
+        self.cache = cache
+        self._route = route
+        self._model_named = model_named
+        self._now = now
+        self._retry_after_s = retry_after_s
+
+    async def _prepare(self, request: ClientRequest) -> Prepared:
+        gate = self.gate
+        caller = await gate.authenticate(request)
+        admission_deadline = gate.deadline(request)
+        model, traits, deadline = await self._route(request)
+        await gate.check_policy(caller, request.model or model.name)
+        plan = await self.cache.lookup(request, caller.tenant, model.name)
+        if plan is not None and plan.lookup.hit is not None:
+            return Prepared(
+                request, model, traits, deadline, answered=self.cache.replay(plan, request)
+            )
+        degradation = gate.degradation(model.name, caller)
+        if (step := degradation.step("fallback_model")) is not None:
+            model = self._model_named(step.model)
+        if (step := degradation.step("cap_max_tokens")) is not None:
+            request = request.with_max_output_tokens(step.max_tokens)  # type: ignore[arg-type]
+        if (step := degradation.step("cache_only")) is not None:
+            # Nothing cached answers it (a hit returned above): the configured reply, else a
+            # refusal that says why.
+            gate.metrics.inc(gate.metrics.degraded, model.name, "cache_only")
+            if step.reply is not None:
+                return Prepared(
+                    request, model, traits, deadline, answered=_canned(request, model, step.reply)
+                )
+            error = OverloadedError(
+                f"Model '{model.name}' is overloaded and answers requests of the "
+                f"{caller.priority} class from the cache only; nothing is cached for this one. "
+                "Retry later.",
+                retry_after=self._retry_after_s,
+                code="degraded_cache_only",
+            )
+            gate.refused(model.name, error, caller)
+            raise error
+        ticket = await gate.admit(
+            caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
+        )
+        return Prepared(request, model, traits, deadline, ticket, plan)
+
+    async def complete(self, request: ClientRequest) -> Routed[Answer]:
+        prepared = await self._prepare(request)
+        if prepared.answered is not None:
+            return prepared.answered
+        ticket: Ticket = prepared.ticket  # type: ignore[assignment]
+        started = self._now()
+        try:
+            routed = await self.runner.complete(
+                prepared.request, prepared.model, prepared.traits, prepared.deadline
+            )
+        except BaseException:
+            await self.gate.finish(ticket, None, is_served=False)
+            raise
+        self.gate.observe_first_token(ticket, self._now() - started)
+        await self.gate.finish(ticket, usage_of(routed.value), is_served=True)
+        if prepared.cache is not None:
+            await self.cache.store_whole(prepared.cache, routed.value)
+            routed.headers.update(prepared.cache.headers)
+        routed.headers.update(ticket.headers)
+        return routed
+
+    async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
+        """A started stream: refusals (and retries) happen before the first chunk is handed out."""
+        prepared = await self._prepare(request)
+        if prepared.answered is not None:
+            return prepared.answered
+        ticket: Ticket = prepared.ticket  # type: ignore[assignment]
+        plan = prepared.cache
+        forwarded = prepared.request
+        if plan is not None and plan.is_storable:
+            forwarded = forwarded.with_stream_usage()  # a replay carries the original usage
+        started = self._now()
+        try:
+            routed = await self.runner.stream(
+                forwarded, prepared.model, prepared.traits, prepared.deadline
+            )
+        except BaseException:
+            await self.gate.finish(ticket, None, is_served=False)
+            raise
+        self.gate.observe_first_token(ticket, self._now() - started)
+        meter = StreamMeter(-(-prepared.traits.prompt_chars // CHARS_PER_TOKEN))
+        stream = _metered(routed.value, meter, self.gate, ticket)
+        if plan is not None:
+            stream = self.cache.recording(plan, prepared.request, stream)
+            routed.headers.update(plan.headers)
+        routed.headers.update(ticket.headers)
+        return dataclasses.replace(routed, value=stream)
+
+
+def _canned(request: ClientRequest, model: RoutedModel, reply: str) -> Routed[Any]:
+    value: Any = (
+        canned_stream(request, model.name, reply)
+        if request.is_stream
+        else canned_answer(request, model.name, reply)
+    )
+    return Routed(value, model.name, "degraded", 0, {"x-titan-degraded": "cache_only"})
+
+
+async def _metered(
+    stream: AsyncIterator[Answer], meter: StreamMeter, gate: Gatekeeper, ticket: Ticket
+) -> AsyncIterator[Answer]:
+    """The stream, finishing its admission ticket when it ends (or the client leaves)."""
+    try:
+        async for chunk in stream:
+            meter.see(chunk)
+            yield chunk
+    finally:
+        await close_stream(stream)
+        await gate.finish(ticket, meter.result(), is_served=meter.num_chunks > 0)
