@@ -62,7 +62,7 @@ def test_brute_force_and_usearch_agree_on_the_top_results():
         assert top_exact[0][0] == top_approximate[0][0] == f"k{i}"
         assert [key for key, _ in top_exact] == [key for key, _ in top_approximate]
         for (_, a), (_, b) in zip(top_exact, top_approximate, strict=True):
-            assert a == pytest.approx(b, abs=1e-5)
+            assert a == pytest.approx(b, abs=1e-3)  # the graph holds half precision
 
 
 @pytest.mark.parametrize("limit", [10_000, 1])
@@ -87,15 +87,15 @@ def test_the_switch_keeps_every_entry_both_ways():
     index.add(f"k{limit - 1}", clustered(limit, seed=1)[-1])
     assert not index.exact and len(index) == limit
     for i in range(limit - 1):
-        assert index.search(vectors[i], k=1)[0] == (f"k{i}", pytest.approx(1.0, abs=1e-5))
+        assert index.search(vectors[i], k=1)[0] == (f"k{i}", pytest.approx(1.0, abs=1e-3))
     # Back to exact search below half the limit, not right under it (no rebuild on every call).
     index.remove("k0")
     assert not index.exact
     for i in range(1, limit // 2 + 1):
         index.remove(f"k{i}")
     assert index.exact and len(index) == limit // 2 - 1
-    for i in range(limit // 2 + 1, limit - 1):
-        assert index.search(vectors[i], k=1)[0] == (f"k{i}", pytest.approx(1.0, abs=1e-5))
+    for i in range(limit // 2 + 1, limit - 1):  # vectors back from the half-precision graph
+        assert index.search(vectors[i], k=1)[0] == (f"k{i}", pytest.approx(1.0, abs=1e-3))
 
 
 def test_add_many_switches_in_one_batch():

@@ -160,6 +160,7 @@ def test_two_replicas_share_one_cache_on_redis(shared_redis: str):
     question = f"How do I reset the password of account {uuid.uuid4().hex[:6]}?"
     with running_titan(config) as first, running_titan(config) as second:
         assert ask(first, question).headers["x-titan-cache"] == "miss"
+        time.sleep(0.3)  # the answer is stored in the background, after the response
         assert ask(second, question).headers["x-titan-cache"] == "hit-exact"
         time.sleep(2.5)  # the second replica's semantic index follows the shared entries
         reworded = question.replace("How do I reset", "How can I reset")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,9 @@ class Embedder:
         self._model = model
         self._waiting: list[tuple[str, asyncio.Future[Vector]]] = []
         self._worker: asyncio.Task[None] | None = None
+        # One thread of its own: torch keeps an OpenMP team per calling thread, so a fresh pool
+        # thread per call (asyncio.to_thread) made each embedding 1.7x slower (12 ms vs 7 ms).
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="titan-embedder")
 
     @classmethod
     def load(cls) -> Embedder:
@@ -50,6 +54,11 @@ class Embedder:
         return cls(SentenceTransformer(str(model_dir()), device="cpu"))
 
     def encode(self, texts: list[str]) -> list[Vector]:
+        """Blocking, from any thread; the work runs on the embedder's own thread (another
+        thread's OpenMP team left spinning would halve the speed of every later embedding)."""
+        return self._thread.submit(self._encode, texts).result()
+
+    def _encode(self, texts: list[str]) -> list[Vector]:
         vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
         return [tuple(float(x) for x in vector) for vector in vectors]
 
@@ -64,7 +73,9 @@ class Embedder:
         while self._waiting:
             batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
             try:
-                vectors = await asyncio.to_thread(self.encode, [text for text, _ in batch])
+                loop = asyncio.get_running_loop()
+                texts = [text for text, _ in batch]
+                vectors = await loop.run_in_executor(self._thread, self._encode, texts)
             except Exception as exc:
                 for _, future in batch:
                     if not future.done():

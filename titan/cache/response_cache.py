@@ -32,6 +32,8 @@ EXACT, SEMANTIC = "exact", "semantic"
 # semantic hits here at most this late (exact hits are shared at once).
 SYNC_INTERVAL_S = 2.0
 SYNC_PAGE = 10_000
+# How far the index's half-precision similarities may be from the exact ones.
+INDEX_PRECISION = 0.01
 CLOCK_SKEW_S = 5.0
 # Semantic candidates checked per lookup: the nearest may fail a guard while the next passes.
 NUM_CANDIDATES = 4
@@ -161,12 +163,17 @@ class ResponseCache:
         self, keys: RequestKeys, embedding: np.ndarray, config: CacheConfig
     ) -> CacheHit | None:
         scope = keys.scope
-        for key, similarity in self.index.search(scope, embedding, NUM_CANDIDATES):  # type: ignore[arg-type]
-            if similarity < config.threshold:
+        query = np.asarray(embedding, dtype=np.float32)
+        for key, approximate in self.index.search(scope, query, NUM_CANDIDATES):  # type: ignore[arg-type]
+            if approximate < config.threshold - INDEX_PRECISION:
                 break  # best first: the rest are further
             entry = await self.store.get(SEMANTIC, key)
-            if entry is None:  # expired or evicted (perhaps by another replica)
+            if entry is None or entry.embedding is None:  # expired or evicted (perhaps elsewhere)
                 self._forget(key, scope)  # type: ignore[arg-type]
+                continue
+            # The index holds half precision; the threshold is judged on the stored f32 vector.
+            similarity = float(np.dot(query, np.frombuffer(entry.embedding, dtype=np.float32)))
+            if similarity < config.threshold:
                 continue
             reason = refusal(
                 keys.question, entry.tags.get("question", ""), min_words=config.min_query_words

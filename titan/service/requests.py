@@ -109,7 +109,7 @@ class RequestFlow:
         self.gate.observe_first_token(ticket, self._now() - started)
         await self.gate.finish(ticket, usage_of(routed.value), is_served=True)
         if prepared.cache is not None:
-            await self.cache.store_whole(prepared.cache, routed.value)
+            self.cache.store_whole(prepared.cache, routed.value)
             routed.headers.update(prepared.cache.headers)
         routed.headers.update(ticket.headers)
         return routed
