@@ -5,11 +5,9 @@ from __future__ import annotations
 import concurrent.futures
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 
 from tests.integration.harness import running_titan
 from tests.integration.test_admission import MASTER, admission_config, chat, create_key, sim_model
@@ -19,27 +17,11 @@ pytestmark = pytest.mark.redis
 RPM = 20
 
 
-@pytest.fixture
-def shared_storage(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The test Redis database, emptied of Titan's keys before and after."""
-    monkeypatch.delenv("TITAN_STORAGE")  # the test-wide memory:// would override the file
-    client = redis.Redis.from_url(redis_url)
-
-    def forget() -> None:
-        for key in client.scan_iter(match="titan:*"):
-            client.delete(key)
-
-    forget()
-    yield redis_url
-    forget()
-    client.close()
-
-
-def test_two_replicas_admit_the_configured_limit_once(shared_storage: str):
+def test_two_replicas_admit_the_configured_limit_once(shared_redis: str):
     # A fresh model name: its limit buckets in Redis are new whatever earlier runs left.
     model = f"sim-{uuid.uuid4().hex[:8]}"
     config = admission_config(
-        sim_model(model, limits={"rpm": RPM}), storage=shared_storage, auth={"master_key": MASTER}
+        sim_model(model, limits={"rpm": RPM}), storage=shared_redis, auth={"master_key": MASTER}
     )
     with running_titan(config) as first, running_titan(config) as second:
         key = create_key(first, models=[model])  # made on one replica, used on both

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
-import redis
 
 from tests.integration.harness import running_titan
 from tests.integration.test_admission import MASTER, create_key
@@ -135,21 +133,6 @@ def test_paraphrases_hit_by_meaning_and_guarded_near_misses_do_not():
         assert near_miss.headers["x-titan-cache"] == "miss"
         negated = ask(titan, "What is not the best way to learn to play the guitar as an adult?")
         assert negated.headers["x-titan-cache"] == "miss"
-
-
-@pytest.fixture
-def shared_redis(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.delenv("TITAN_STORAGE")  # the test-wide memory:// would override the file
-    client = redis.Redis.from_url(redis_url)
-
-    def forget() -> None:
-        for key in client.scan_iter(match="titan:*"):
-            client.delete(key)
-
-    forget()
-    yield redis_url
-    forget()
-    client.close()
 
 
 @pytest.mark.redis

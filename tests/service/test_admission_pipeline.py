@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.service.scripted import ScriptedBackend
 from titan.config import config_from_mapping
 from titan.errors import AuthenticationError, OverloadedError
 from titan.protocol import ChatCompletionRequest, ClientRequest
@@ -166,3 +167,28 @@ async def test_an_open_bind_without_keys_is_refused_unless_allowed():
     await keyed.start()  # a key exists: auth is on
     assert keyed.gate.is_auth_on  # type: ignore[union-attr]
     await keyed.shutdown()
+
+
+async def test_the_cache_field_is_titans_own_and_never_reaches_the_upstream():
+    bodies: list[dict] = []
+
+    class Capturing(ScriptedBackend):
+        async def complete(self, request):  # type: ignore[no-untyped-def]
+            bodies.append(dict(request.body))
+            return await super().complete(request)
+
+    config = config_from_mapping(
+        {"models": [{"name": "big", "deployments": [FAST]}], "probes": {"enabled": False}},
+        "test",
+    )
+    pipeline = Pipeline(
+        config, storage=memory(), backend_factory=lambda d, *, model_name, name: Capturing(name)
+    )
+    await pipeline.start()
+    try:
+        routed = await pipeline.complete(request(cache="no-store", temperature=0))
+        assert routed.headers["x-titan-cache"] == "miss"
+        assert bodies and "cache" not in bodies[0]
+        assert bodies[0]["temperature"] == 0
+    finally:
+        await pipeline.shutdown()

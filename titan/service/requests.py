@@ -62,6 +62,9 @@ class RequestFlow:
         model, traits, deadline = await self._route(request)
         await gate.check_policy(caller, request.model or model.name)
         plan = await self.cache.lookup(request, caller.tenant, model.name)
+        if "cache" in request.body:  # Titan's own field: upstreams such as OpenAI refuse it
+            body = {name: value for name, value in request.body.items() if name != "cache"}
+            request = dataclasses.replace(request, body=body)
         if plan is not None and plan.lookup.hit is not None:
             return Prepared(
                 request, model, traits, deadline, answered=self.cache.replay(plan, request)
