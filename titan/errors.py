@@ -72,6 +72,23 @@ class NotFoundError(TitanError):
     default_code = "not_found"
 
 
+class PreconditionFailedError(TitanError):
+    """An ``If-Match`` precondition does not hold: the resource changed (or is absent) since the
+    client read it (412)."""
+
+    status_code = 412
+    error_type = "invalid_request_error"
+    default_code = "precondition_failed"
+
+
+class PayloadTooLargeError(TitanError):
+    """A value to store exceeds its size limit (413)."""
+
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
 class RateLimitError(TitanError):
     """Too many requests right now; ``retry_after`` (seconds) becomes a Retry-After header."""
 

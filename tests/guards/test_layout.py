@@ -27,6 +27,7 @@ ALLOWED = {
     "titan.api": {"titan.service", "titan.protocol", "titan.observability"},
     "titan.service": {
         "titan.backends",
+        "titan.context",
         "titan.cache",
         "titan.limits",
         "titan.storage",
@@ -35,11 +36,13 @@ ALLOWED = {
         "titan.observability",
     },
     "titan.cache": {"titan.storage"},
+    # Conversations and retrieval: the storage protocols; the embedder and index for RAG.
+    "titan.context": {"titan.storage", "titan.cache"},
     "titan.storage": set(),
     # Limits use the storage protocols only, never a concrete store (see test below).
     "titan.limits": {"titan.storage"},
     "titan.backends": {"titan.protocol", "titan.observability", "titan.simulate"},
-    "titan.bench": {"titan.bench", "titan.cache", "titan.storage"},
+    "titan.bench": {"titan.bench", "titan.cache", "titan.context", "titan.storage"},
     "titan.cli": {
         "titan.api",
         "titan.limits",
@@ -105,7 +108,7 @@ def test_import_rules():
     assert not violations, "\n".join(violations)
 
 
-@pytest.mark.parametrize("package", ["limits", "cache"])
+@pytest.mark.parametrize("package", ["limits", "cache", "context"])
 def test_state_uses_the_storage_protocols_only(package):
     for path in (PACKAGE / package).rglob("*.py"):
         stores = {i for i in titan_imports(path) if i.startswith("titan.storage")}

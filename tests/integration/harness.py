@@ -22,12 +22,13 @@ def running_titan(config: TitanConfig | dict) -> Iterator[str]:
     """The base URL of a ready Titan serving ``config`` (a TitanConfig or its mapping)."""
     if not isinstance(config, TitanConfig):
         config = config_from_mapping(config, "test config")
+    app = create_app(config)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config),
+            app,
             loop="asyncio",
             http="httptools",
             lifespan="on",

@@ -34,10 +34,10 @@ def admission_config(*models: dict, **sections) -> dict:
     }
 
 
-def create_key(base_url: str, **policy) -> str:
+def create_key(base_url: str, tenant: str = "acme", **policy) -> str:
     response = httpx.post(
         f"{base_url}/admin/keys",
-        json={"tenant": "acme", **policy},
+        json={"tenant": tenant, **policy},
         headers={"Authorization": f"Bearer {MASTER}"},
     )
     assert response.status_code == 201, response.text

@@ -122,6 +122,13 @@ class EmbeddedBackend:
             max_model_len=engine.max_model_len,
         )
 
+    def count_prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
+        """Tokens of ``messages`` as this model sees them: the chat template applied, encoded
+        with its own tokenizer (what context trimming budgets against)."""
+        tokenizer = self._running_engine().tokenizer
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
     def stats(self) -> dict[str, Any]:
         engine = self._running_engine()
         stats = engine.stats()

@@ -58,6 +58,25 @@ class Embedder:
         thread's OpenMP team left spinning would halve the speed of every later embedding)."""
         return self._thread.submit(self._encode, texts).result()
 
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """The character span of each of the model's tokens in ``text`` (no special tokens), so
+        that text cut by tokens maps back to characters. Blocking; it runs on the embedder's
+        thread because a fast tokenizer shared with a running ``encode`` can fail ("Already
+        borrowed") when both touch its truncation settings."""
+        return self._thread.submit(self._token_offsets, text).result()
+
+    def _token_offsets(self, text: str) -> list[tuple[int, int]]:
+        # No truncation: a document is far longer than the model's window; verbose=False drops
+        # the "longer than the maximum" notice that would follow.
+        encoded = self._model.tokenizer(
+            text,
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            truncation=False,
+            verbose=False,
+        )
+        return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
+
     def _encode(self, texts: list[str]) -> list[Vector]:
         vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
         return [tuple(float(x) for x in vector) for vector in vectors]

@@ -258,3 +258,41 @@ def cache(
         f"Wrote {display_path(outcome.markdown_path)}, {display_path(outcome.png_path)} and "
         f"{display_path(outcome.json_path)}"
     )
+
+
+@bench_app.command("context")
+def context(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the context section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="20 turns, 1k chunks, 20 queries (a smoke run).")
+    ] = False,
+) -> None:
+    """Context: a 100-turn conversation trimmed by Titan vs the naive full history (prompt
+    tokens, time, turns served), and vector store search latency at 10k chunks."""
+    from rich.console import Console
+
+    from titan.bench.context_bench import ContextBenchSettings, bench_context, print_console
+    from titan.bench.processes import ServiceError
+    from titan.bench.report import display_path
+    from titan.errors import TitanError
+
+    settings = ContextBenchSettings.quick() if quick else ContextBenchSettings()
+    console = Console(log_path=False)
+    try:
+        with console.status("benchmarking") as status:
+
+            def progress(message: str) -> None:
+                console.log(message)
+                status.update(message)
+
+            outcome = bench_context(settings, output=output, progress=progress)
+    except (TitanError, ServiceError, OSError) as exc:
+        message = exc.message if isinstance(exc, TitanError) else str(exc)
+        typer.echo(f"titan bench context: {message}", err=True)
+        raise typer.Exit(2) from None
+    print_console(outcome.results, console)
+    console.print(
+        f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
+    )

@@ -3,6 +3,15 @@
 from titan.service.admin import AdminService, parse_time
 from titan.service.attempts import Routed
 from titan.service.pipeline import Pipeline, build_pipeline
+from titan.service.responses import ResponsesService
 from titan.service.streaming import close_stream
 
-__all__ = ["AdminService", "Pipeline", "Routed", "build_pipeline", "close_stream", "parse_time"]
+__all__ = [
+    "AdminService",
+    "Pipeline",
+    "ResponsesService",
+    "Routed",
+    "build_pipeline",
+    "close_stream",
+    "parse_time",
+]

@@ -159,6 +159,19 @@ class Gatekeeper:
             key = await self.keys.authenticate(request.api_key)
         return Caller(key, request.client_host, self._priority(request, key))
 
+    async def tenant_for(self, api_key: str | None) -> str:
+        """The tenant whose stored objects (responses, files, state) a caller may touch: its
+        key's, or "" when auth is off (one user)."""
+        await self.refresh_auth()
+        if not self.is_auth_on:
+            return ""
+        if not api_key:
+            raise AuthenticationError(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.",
+                code="missing_api_key",
+            )
+        return (await self.keys.authenticate(api_key)).tenant
+
     def _priority(self, request: ClientRequest, key: ApiKey | None) -> Priority:
         asked = request.headers.get("x-titan-priority")
         own = key.policy.priority if key is not None else None

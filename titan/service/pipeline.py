@@ -70,6 +70,7 @@ class Pipeline:
         self._embedder: Embedder | None = None
         self.cache: ResponseCache | None = None
         self.flow: RequestFlow | None = None
+        self.rag: Any = None  # the files and vector stores service, made on first use
         self._probe_task: asyncio.Task[None] | None = None
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -248,6 +249,17 @@ class Pipeline:
         model = self._model(model_id)
         return model.deployments[0].backend.model_card(model.name)
 
+    def prompt_token_counter(self, model_id: str) -> Callable[[list[dict[str, Any]]], int]:
+        """Counts a conversation's prompt tokens for ``model_id``: exactly (its chat template
+        and tokenizer) when an embedded engine serves it, else about 4 characters a token plus
+        a few per message."""
+        model = self._model(model_id)
+        backend = model.deployments[0].backend
+        exact = getattr(backend, "count_prompt_tokens", None)
+        if exact is not None:
+            return exact  # type: ignore[no-any-return]
+        return _approximate_prompt_tokens
+
     def stats(self) -> dict[str, Any]:
         if self.registry is None:
             return {}
@@ -318,6 +330,10 @@ class Pipeline:
         if self.flow is None:
             raise ServiceUnavailableError("The models are still loading; retry shortly.")
         return self.flow
+
+
+def _approximate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(4 + len(str(m.get("content") or "")) // 4 for m in messages)
 
 
 def build_pipeline(config: TitanConfig) -> Pipeline:

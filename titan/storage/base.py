@@ -97,11 +97,27 @@ class DocumentStore(Protocol):
 
     async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None: ...
 
+    async def put_if(
+        self, namespace: str, doc_id: str, doc: Mapping[str, Any], *, expected: str | None
+    ) -> bool:
+        """Atomically write ``doc`` only if the stored document's ``"_version"`` field equals
+        ``expected`` (None: only if no document is stored); returns whether it wrote. A stored
+        document without a string ``"_version"`` matches no ``expected`` but None never does."""
+        ...
+
     async def delete(self, namespace: str, doc_id: str) -> bool: ...
 
     async def list(self, namespace: str) -> list[tuple[str, dict[str, Any]]]:
         """Every (id, document) in the namespace, in id order."""
         ...
+
+
+def version_matches(current: Mapping[str, Any] | None, expected: str | None) -> bool:
+    """``put_if``'s condition, for stores that check it in Python."""
+    if current is None or expected is None:
+        return current is None and expected is None
+    version = current.get("_version")
+    return isinstance(version, str) and version == expected
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,14 @@ from typing import Any
 
 import orjson
 
-from titan.storage.base import Acquisition, Bucket, ConcurrencySlot, Increment, Settlement
+from titan.storage.base import (
+    Acquisition,
+    Bucket,
+    ConcurrencySlot,
+    Increment,
+    Settlement,
+    version_matches,
+)
 
 # Idle state is dropped every this many acquires, so per-client keys (one bucket per IP) cannot
 # grow without bound; amortized O(1) per acquire.
@@ -143,6 +150,17 @@ class MemoryDocuments:
     async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None:
         raw = self._docs.get(namespace, {}).get(doc_id)
         return None if raw is None else orjson.loads(raw)
+
+    async def put_if(
+        self, namespace: str, doc_id: str, doc: Mapping[str, Any], *, expected: str | None
+    ) -> bool:
+        # No await between the check and the write: atomic on one event loop.
+        raw = self._docs.get(namespace, {}).get(doc_id)
+        current = None if raw is None else orjson.loads(raw)
+        if not version_matches(current, expected):
+            return False
+        self._docs.setdefault(namespace, {})[doc_id] = orjson.dumps(doc)
+        return True
 
     async def delete(self, namespace: str, doc_id: str) -> bool:
         return self._docs.get(namespace, {}).pop(doc_id, None) is not None

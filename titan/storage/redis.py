@@ -213,18 +213,41 @@ class RedisLimits:
         return tuple(_num(r) for r in await self._peek(keys=keys, args=args))
 
 
+# KEYS: the namespace hash. ARGV: id, JSON, expected version ('' with has_expected '0': absent).
+# Returns 1 when it wrote. Only the stored document's "_version" is read (cjson).
+PUT_IF = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[4] == '0' then
+  if raw then return 0 end
+else
+  if not raw then return 0 end
+  local ok, doc = pcall(cjson.decode, raw)
+  if not ok or type(doc) ~= 'table' or doc['_version'] ~= ARGV[3] then return 0 end
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+
 class RedisDocuments:
     """One hash per namespace (field = id, value = JSON), so ``list`` is one HGETALL."""
 
     def __init__(self, client: Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._client = client
         self._prefix = prefix
+        self._put_if = client.register_script(PUT_IF)
 
     def _key(self, namespace: str) -> str:
         return f"{self._prefix}doc:{namespace}"
 
     async def put(self, namespace: str, doc_id: str, doc: Mapping[str, Any]) -> None:
         await self._client.hset(self._key(namespace), doc_id, orjson.dumps(doc))
+
+    async def put_if(
+        self, namespace: str, doc_id: str, doc: Mapping[str, Any], *, expected: str | None
+    ) -> bool:
+        args = [doc_id, orjson.dumps(doc), expected or "", "0" if expected is None else "1"]
+        return bool(await self._put_if(keys=[self._key(namespace)], args=args))
 
     async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None:
         raw = await self._client.hget(self._key(namespace), doc_id)

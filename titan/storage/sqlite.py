@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from titan.storage.base import Increment
+from titan.storage.base import Increment, version_matches
 
 T = TypeVar("T")
 
@@ -133,6 +133,30 @@ class SqliteDocuments:
             )
 
         await self._db.run(put)
+
+    async def put_if(
+        self, namespace: str, doc_id: str, doc: Mapping[str, Any], *, expected: str | None
+    ) -> bool:
+        text = orjson.dumps(doc).decode()
+
+        def put_if(connection: sqlite3.Connection) -> bool:
+            # One IMMEDIATE transaction: no other writer (thread or process) between the read
+            # and the write.
+            with write_transaction(connection):
+                row = connection.execute(
+                    "SELECT doc FROM documents WHERE namespace = ? AND id = ?", (namespace, doc_id)
+                ).fetchone()
+                current = None if row is None else orjson.loads(row[0])
+                if not version_matches(current, expected):
+                    return False
+                connection.execute(
+                    "INSERT INTO documents (namespace, id, doc) VALUES (?, ?, ?) "
+                    "ON CONFLICT (namespace, id) DO UPDATE SET doc = excluded.doc",
+                    (namespace, doc_id, text),
+                )
+                return True
+
+        return await self._db.run(put_if)
 
     async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None:
         def get(connection: sqlite3.Connection) -> str | None:

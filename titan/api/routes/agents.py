@@ -1,0 +1,81 @@
+"""Agent state: GET | PUT | PATCH | DELETE /v1/agents/{agent_id}/state (JSON merge patch for
+PATCH, ETag / If-Match for optimistic concurrency, ``?ttl_s=`` for expiry)."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from titan.api.parsing import presented_api_key, read_json_object
+from titan.api.state import pipeline_of
+from titan.errors import InvalidRequestError, ServiceUnavailableError
+from titan.service.agents import AgentService, AgentState
+
+
+def _service(request: Request) -> AgentService:
+    pipeline = pipeline_of(request)
+    if pipeline.gate is None or pipeline.storage is None:
+        raise ServiceUnavailableError("Titan is still starting; retry shortly.")
+    return AgentService(pipeline.gate, pipeline.storage.documents)
+
+
+def _ttl_s(request: Request) -> float | None:
+    value = request.query_params.get("ttl_s")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InvalidRequestError(
+            f"Invalid ttl_s {value[:50]!r}: give seconds, e.g. ttl_s=3600.", param="ttl_s"
+        ) from None
+
+
+def _answer(state: AgentState, status_code: int = 200) -> Response:
+    return Response(
+        orjson.dumps(state.state),
+        status_code=status_code,
+        media_type="application/json",
+        headers={"ETag": state.etag},
+    )
+
+
+async def get_state(request: Request) -> Response:
+    service = _service(request)
+    state = await service.get(presented_api_key(request), request.path_params["agent_id"])
+    return _answer(state)
+
+
+async def put_state(request: Request) -> Response:
+    service = _service(request)
+    body = await read_json_object(request)
+    state = await service.put(
+        presented_api_key(request),
+        request.path_params["agent_id"],
+        body,
+        request.headers.get("if-match"),
+        _ttl_s(request),
+    )
+    return _answer(state, 201 if state.is_created else 200)
+
+
+async def patch_state(request: Request) -> Response:
+    service = _service(request)
+    body = await read_json_object(request)
+    state = await service.patch(
+        presented_api_key(request),
+        request.path_params["agent_id"],
+        body,
+        request.headers.get("if-match"),
+        _ttl_s(request),
+    )
+    return _answer(state, 201 if state.is_created else 200)
+
+
+async def delete_state(request: Request) -> Response:
+    service = _service(request)
+    await service.delete(
+        presented_api_key(request), request.path_params["agent_id"], request.headers.get("if-match")
+    )
+    return Response(status_code=204)

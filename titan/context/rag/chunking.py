@@ -1,0 +1,58 @@
+"""Cutting text into overlapping windows of the embedding model's tokens.
+
+Windows are counted in the model's own tokens (not characters or words) so that every chunk fits
+the model's window: all-MiniLM-L6-v2 reads at most 256 wordpieces and silently drops the rest,
+so a chunk cut by characters could lose its end. The overlap keeps a sentence that straddles a
+boundary whole in at least one chunk. Each chunk keeps its character span, so a search result
+quotes the original text (case and accents included), not the tokenizer's normalized form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_TOKENS = 200
+DEFAULT_OVERLAP = 40
+# The model's window is 256 wordpieces, two of them [CLS] and [SEP].
+MODEL_MAX_TOKENS = 254
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    text: str
+    start: int  # character offsets of the chunk in the source text, end exclusive
+    end: int
+    first_token: int
+    num_tokens: int
+
+
+def check_sizes(max_tokens: int, overlap: int) -> None:
+    if not 1 <= max_tokens <= MODEL_MAX_TOKENS:
+        raise ValueError(f"max_tokens must be between 1 and {MODEL_MAX_TOKENS}, not {max_tokens}")
+    if not 0 <= overlap <= max_tokens // 2:
+        raise ValueError(f"overlap must be between 0 and half of max_tokens, not {overlap}")
+
+
+def chunk_text(
+    text: str,
+    offsets: list[tuple[int, int]],
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    overlap: int = DEFAULT_OVERLAP,
+) -> list[Chunk]:
+    """Windows of ``max_tokens`` tokens, each starting ``max_tokens - overlap`` tokens after the
+    previous one; the last window ends at the last token (it may be shorter). ``offsets``: each
+    token's character span in ``text``, in order (``Embedder.token_offsets``)."""
+    check_sizes(max_tokens, overlap)
+    chunks: list[Chunk] = []
+    step = max_tokens - overlap
+    first = 0
+    while first < len(offsets):
+        last = min(first + max_tokens, len(offsets))
+        start, end = offsets[first][0], offsets[last - 1][1]
+        chunks.append(Chunk(len(chunks), text[start:end], start, end, first, last - first))
+        if last == len(offsets):
+            break
+        first += step
+    return chunks
