@@ -114,3 +114,34 @@ def test_file_search_retrieves_the_chunk_with_the_answer_and_cites_it():
             assert "parental_leave.md" in cited
             with pytest.raises(openai.BadRequestError):
                 client.responses.create(model="sim", input="x", tools=[{"type": "web_search"}])
+
+
+@pytest.mark.slow
+def test_dropped_turns_are_replaced_by_a_running_summary():
+    window, output = 256, 4
+    config = {
+        "models": [
+            {
+                "name": "smol",
+                "deployments": [{"backend": "embedded", "engine": {"max_model_len": window}}],
+            }
+        ],
+        "probes": {"enabled": False},
+        "context": {"summary_model": "smol", "summary_max_tokens": 24},
+    }
+    with running_titan(config) as titan, sdk(titan) as client:
+        previous, contexts = None, []
+        for turn in range(10):
+            response = client.responses.with_raw_response.create(
+                model="smol",
+                input=f"Turn {turn}: my favourite number is {turn * 11}. Remember it.",
+                max_output_tokens=output,
+                temperature=0,
+                previous_response_id=previous,
+            )
+            parsed = response.parse()
+            assert parsed.usage.input_tokens <= window - output
+            contexts.append(response.http_response.json()["context"])
+            previous = parsed.id
+        assert contexts[-1]["dropped_turns"] > 0
+        assert contexts[-1]["summarized_messages"] > 0

@@ -115,3 +115,11 @@ class DegradationConfig(Settings):
         if self.steps and self.queue_wait_p95_s is None and self.ttft_p95_s is None:
             raise ValueError("degradation needs queue_wait_p95_s or ttft_p95_s to trigger it")
         return self
+
+
+class ContextConfig(Settings):
+    """Server-side conversations: with ``summary_model`` set, turns that trimming drops are
+    replaced by a running summary that this (configured) model writes."""
+
+    summary_model: str | None = None
+    summary_max_tokens: int = Field(128, ge=8)

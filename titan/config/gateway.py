@@ -17,6 +17,7 @@ from titan.config.admission import (
     DEFAULT_STORAGE,
     AdmissionConfig,
     AuthConfig,
+    ContextConfig,
     DegradationConfig,
     ModelLimits,
     Price,
@@ -211,6 +212,7 @@ class TitanConfig(Settings):
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     admission: AdmissionConfig = AdmissionConfig()
     cache: CacheConfig = CacheConfig()
+    context: ContextConfig = ContextConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:

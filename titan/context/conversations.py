@@ -86,8 +86,15 @@ class Conversations:
 
     async def history(self, tenant: str, previous_response_id: str | None) -> list[dict]:
         """The conversation a new response continues (no instructions: those are per request)."""
+        return (await self.continued(tenant, previous_response_id))[0]
+
+    async def continued(
+        self, tenant: str, previous_response_id: str | None
+    ) -> tuple[list[dict], str | None, int]:
+        """(the conversation, its running summary, how many of its first messages that summary
+        covers) for a new response continuing ``previous_response_id``."""
         if previous_response_id is None:
-            return []
+            return [], None, 0
         stored = await self.documents.get(NAMESPACE, self._id(tenant, previous_response_id))
         if stored is None:
             raise NotFoundError(
@@ -95,12 +102,23 @@ class Conversations:
                 "be false).",
                 param="previous_response_id",
             )
-        return list(stored["messages"])
+        summary = stored.get("summary")
+        return list(stored["messages"]), summary, int(stored.get("summarized", 0))
 
-    async def save(self, tenant: str, response: Mapping[str, Any], messages: list[dict]) -> None:
+    async def save(
+        self,
+        tenant: str,
+        response: Mapping[str, Any],
+        messages: list[dict],
+        summary: str | None = None,
+        summarized: int = 0,
+    ) -> None:
+        dropped = max(0, len(messages) - MAX_STORED_MESSAGES)
         document = {
             "response": dict(response),
-            "messages": messages[-MAX_STORED_MESSAGES:],
+            "messages": messages[dropped:],
+            "summary": summary,
+            "summarized": max(0, summarized - dropped),
             "stored_at": self._now(),
         }
         await self.documents.put(NAMESPACE, self._id(tenant, response["id"]), document)

@@ -5,7 +5,6 @@ events, and stored for the next turn."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -14,11 +13,19 @@ import orjson
 from pydantic import Field, ValidationError
 
 from titan.config import Settings
-from titan.context.conversations import Conversations, input_messages, new_response_id
-from titan.context.trimming import Trimmed, trim
+from titan.context.conversations import Conversations, input_messages
+from titan.context.trimming import Trimmed, trim, turns
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, ClientRequest, answer_bytes
 from titan.service.rag import RagService
+from titan.service.response_objects import (
+    EventWriter,
+    citations,
+    file_search_item,
+    response_item_id,
+    response_object,
+    sources_prompt,
+)
 
 # Prompt tokens kept free besides max_output_tokens (the template's closing tokens, slack).
 RESERVE_TOKENS = 16
@@ -57,13 +64,16 @@ class ResponsesService:
     def __init__(self, pipeline: Any):
         self.pipeline = pipeline
         self.conversations = Conversations(pipeline.storage.documents)
+        self._summary: tuple[str | None, int] = (None, 0)  # this request's running summary
 
     async def _prepare(
         self, body: ResponsesBody, api_key: str | None, client_host: str | None, headers: dict
     ) -> tuple[str, list[dict], Trimmed, ClientRequest, list[dict]]:
         tenant = await self.pipeline.gate.tenant_for(api_key)
         model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
-        history = await self.conversations.history(tenant, body.previous_response_id)
+        history, summary, summarized = await self.conversations.continued(
+            tenant, body.previous_response_id
+        )
         turn = input_messages(body.input)
         conversation = history + turn
         system = [{"role": "system", "content": body.instructions}] if body.instructions else []
@@ -75,6 +85,22 @@ class ResponsesService:
         if model.max_model_len:
             budget = model.max_model_len - output_tokens - RESERVE_TOKENS
             trimmed = trim(system + conversation, count, budget)
+            summary_model = self.pipeline.config.context.summary_model
+            if trimmed.num_dropped_messages and summary_model:
+                dropped = conversation[: trimmed.num_dropped_messages]
+                if len(dropped) > summarized:  # more fell out: fold them into the summary
+                    summary = await self._summarize(
+                        summary_model, summary, dropped[summarized:], api_key, client_host
+                    )
+                    summarized = len(dropped)
+                note = {"role": "system", "content": f"Earlier in this conversation: {summary}"}
+                trimmed = trim([*system, note, *conversation[summarized:]], count, budget)
+                trimmed = Trimmed(
+                    trimmed.messages,
+                    trimmed.num_prompt_tokens,
+                    len(turns(conversation[:summarized])[1]) + trimmed.num_dropped_turns,
+                    summarized + trimmed.num_dropped_messages,
+                )
         else:  # an upstream that does not say its window: nothing to trim against
             trimmed = Trimmed(system + conversation, count(system + conversation), 0, 0)
         chat = {"model": model.id, "messages": trimmed.messages, "stream": body.stream}
@@ -95,7 +121,40 @@ class ResponsesService:
             api_key=api_key,
             client_host=client_host,
         )
+        self._summary = (summary, summarized)
         return tenant, conversation, trimmed, request, sources
+
+    async def _summarize(
+        self,
+        model: str,
+        summary: str | None,
+        messages: list[dict],
+        api_key: str | None,
+        client_host: str | None,
+    ) -> str:
+        """The running summary, extended with ``messages``, written by the configured model."""
+        transcript = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        earlier = f"Summary so far: {summary}\n\n" if summary else ""
+        prompt = (
+            f"{earlier}More of the conversation:\n{transcript}\n\nWrite a short summary of "
+            "the whole conversation so far: the facts, names and decisions a reader needs."
+        )
+        chat = {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": self.pipeline.config.context.summary_max_tokens,
+            "temperature": 0,
+        }
+        request = ClientRequest(
+            endpoint="chat",
+            parsed=ChatCompletionRequest.model_validate(chat),
+            body=chat,
+            request_id=f"req-{uuid.uuid4().hex}",
+            api_key=api_key,
+            client_host=client_host,
+        )
+        answer = orjson.loads(answer_bytes((await self.pipeline.complete(request)).value))
+        return str(answer["choices"][0]["message"].get("content") or "").strip()
 
     async def _file_search(self, tenant: str, tools: list[dict], query: str) -> list[dict]:
         """The file_search tool: the best chunks of the named vector stores for the newest
@@ -154,9 +213,13 @@ class ResponsesService:
             answer.get("usage"),
             trimmed,
             sources=sources,
+            summarized=self._summary[1],
         )
         if body.store:
-            await self.conversations.save(tenant, response, _with_answer(conversation, text))
+            summary, summarized = self._summary
+            await self.conversations.save(
+                tenant, response, _with_answer(conversation, text), summary, summarized
+            )
         return response, response_headers | routed.headers
 
     async def _events(
@@ -206,14 +269,17 @@ class ResponsesService:
         ids = {"item_id": item_id, "response_id": response["id"]}
         final = response_object(
             body, model, text, finish, usage, trimmed, **ids, created_at=response["created_at"],
-            sources=sources,
+            sources=sources, summarized=self._summary[1],
         )  # fmt: skip
         message = final["output"][-1]
         yield stream.event("response.output_item.done", output_index=position, item=message)
         done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield stream.event(done, response=final)
         if body.store:
-            await self.conversations.save(tenant, final, _with_answer(conversation, text))
+            summary, summarized = self._summary
+            await self.conversations.save(
+                tenant, final, _with_answer(conversation, text), summary, summarized
+            )
 
     async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
         tenant = await self.pipeline.gate.tenant_for(api_key)
@@ -225,128 +291,5 @@ class ResponsesService:
         return {"id": response_id, "object": "response", "deleted": True}
 
 
-def sources_prompt(sources: list[dict]) -> str:
-    """The retrieved chunks as the model sees them: numbered, with their file."""
-    blocks = [
-        f"[{n}] {source['filename']} ({source['file_id']}):\n"
-        + "".join(part.get("text", "") for part in source["content"])
-        for n, source in enumerate(sources, start=1)
-    ]
-    return (
-        "Answer from these sources when they hold the answer, and cite them as [n].\n\n"
-        + "\n\n".join(blocks)
-    )
-
-
-def file_search_item(sources: list[dict]) -> dict[str, Any]:
-    return {
-        "type": "file_search_call",
-        "id": f"fs_{uuid.uuid4().hex}",
-        "status": "completed",
-        "queries": [],
-        "results": [
-            {
-                "file_id": s["file_id"],
-                "filename": s["filename"],
-                "score": s["score"],
-                "text": "".join(part.get("text", "") for part in s["content"]),
-                "attributes": {},
-            }
-            for s in sources
-        ],
-    }
-
-
-def citations(sources: list[dict] | None, text_length: int) -> list[dict[str, Any]]:
-    """One file citation per source given to the model, at the end of the answer."""
-    return [
-        {
-            "type": "file_citation",
-            "file_id": s["file_id"],
-            "filename": s["filename"],
-            "index": text_length,
-        }
-        for s in sources or []
-    ]
-
-
-class EventWriter:
-    """SSE events of the Responses API: ``event:`` and ``data:`` lines, numbered."""
-
-    def __init__(self) -> None:
-        self.sequence_number = 0
-
-    def event(self, kind: str, **fields: Any) -> bytes:
-        payload = {"type": kind, "sequence_number": self.sequence_number, **fields}
-        self.sequence_number += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-def response_item_id() -> str:
-    return f"msg_{uuid.uuid4().hex}"
-
-
 def _with_answer(conversation: list[dict], text: str) -> list[dict]:
     return [*conversation, {"role": "assistant", "content": text}]
-
-
-def response_object(
-    body: ResponsesBody,
-    model: str,
-    text: str,
-    finish_reason: str | None,
-    usage: Mapping[str, Any] | None,
-    trimmed: Trimmed,
-    *,
-    item_id: str | None = None,
-    response_id: str | None = None,
-    created_at: float | None = None,
-    sources: list[dict] | None = None,
-) -> dict[str, Any]:
-    prompt = int((usage or {}).get("prompt_tokens", trimmed.num_prompt_tokens))
-    completion = int((usage or {}).get("completion_tokens", 0))
-    is_cut = finish_reason == "length"
-    message = {
-        "type": "message",
-        "id": item_id or response_item_id(),
-        "status": "incomplete" if is_cut else "completed",
-        "role": "assistant",
-        "content": [
-            {"type": "output_text", "text": text, "annotations": citations(sources, len(text))}
-        ],
-    }
-    output = ([file_search_item(sources)] if sources else []) + [message]
-    return {
-        "id": response_id or new_response_id(),
-        "object": "response",
-        "created_at": created_at or int(time.time()),
-        "status": "incomplete" if is_cut else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if is_cut else None,
-        "error": None,
-        "model": model,
-        "output": output,
-        "instructions": body.instructions,
-        "previous_response_id": body.previous_response_id,
-        "max_output_tokens": body.max_output_tokens,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "metadata": body.metadata,
-        "store": body.store,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "text": {"format": {"type": "text"}},
-        "usage": {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion,
-        },
-        # Titan's extension: what trimming left out of this turn's prompt.
-        "context": {
-            "dropped_turns": trimmed.num_dropped_turns,
-            "dropped_messages": trimmed.num_dropped_messages,
-            "prompt_tokens_counted": trimmed.num_prompt_tokens,
-        },
-    }
