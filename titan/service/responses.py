@@ -112,15 +112,7 @@ class ResponsesService:
         chat |= {k: v for k, v in optional.items() if v is not None}
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
-        request = ClientRequest(
-            endpoint="chat",
-            parsed=ChatCompletionRequest.model_validate(chat),
-            body=chat,
-            request_id=f"req-{uuid.uuid4().hex}",
-            headers=headers,
-            api_key=api_key,
-            client_host=client_host,
-        )
+        request = chat_request(chat, api_key, client_host, headers)
         self._summary = (summary, summarized)
         return tenant, conversation, trimmed, request, sources
 
@@ -145,14 +137,7 @@ class ResponsesService:
             "max_tokens": self.pipeline.config.context.summary_max_tokens,
             "temperature": 0,
         }
-        request = ClientRequest(
-            endpoint="chat",
-            parsed=ChatCompletionRequest.model_validate(chat),
-            body=chat,
-            request_id=f"req-{uuid.uuid4().hex}",
-            api_key=api_key,
-            client_host=client_host,
-        )
+        request = chat_request(chat, api_key, client_host, {})
         answer = orjson.loads(answer_bytes((await self.pipeline.complete(request)).value))
         return str(answer["choices"][0]["message"].get("content") or "").strip()
 
@@ -289,6 +274,21 @@ class ResponsesService:
         tenant = await self.pipeline.gate.tenant_for(api_key)
         await self.conversations.delete(tenant, response_id)
         return {"id": response_id, "object": "response", "deleted": True}
+
+
+def chat_request(
+    chat: dict[str, Any], api_key: str | None, client_host: str | None, headers: dict
+) -> ClientRequest:
+    """A chat completion on the caller's behalf (its key: its limits, tenant and cache)."""
+    return ClientRequest(
+        endpoint="chat",
+        parsed=ChatCompletionRequest.model_validate(chat),
+        body=chat,
+        request_id=f"req-{uuid.uuid4().hex}",
+        headers=headers,
+        api_key=api_key,
+        client_host=client_host,
+    )
 
 
 def _with_answer(conversation: list[dict], text: str) -> list[dict]:
