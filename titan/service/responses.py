@@ -64,11 +64,10 @@ class ResponsesService:
     def __init__(self, pipeline: Any):
         self.pipeline = pipeline
         self.conversations = Conversations(pipeline.storage.documents)
-        self._summary: tuple[str | None, int] = (None, 0)  # this request's running summary
 
     async def _prepare(
         self, body: ResponsesBody, api_key: str | None, client_host: str | None, headers: dict
-    ) -> tuple[str, list[dict], Trimmed, ClientRequest, list[dict]]:
+    ) -> tuple[str, list[dict], Trimmed, ClientRequest, list[dict], tuple[str | None, int]]:
         tenant = await self.pipeline.gate.tenant_for(api_key)
         model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
         history, summary, summarized = await self.conversations.continued(
@@ -113,8 +112,7 @@ class ResponsesService:
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
         request = chat_request(chat, api_key, client_host, headers)
-        self._summary = (summary, summarized)
-        return tenant, conversation, trimmed, request, sources
+        return tenant, conversation, trimmed, request, sources, (summary, summarized)
 
     async def _summarize(
         self,
@@ -174,7 +172,7 @@ class ResponsesService:
         self, data: Mapping[str, Any], api_key: str | None, client_host: str | None, headers: dict
     ) -> tuple[dict[str, Any] | AsyncIterator[bytes], dict[str, str]]:
         body = parse_body(data)
-        tenant, conversation, trimmed, request, sources = await self._prepare(
+        tenant, conversation, trimmed, request, sources, summary = await self._prepare(
             body, api_key, client_host, headers
         )
         response_headers = {
@@ -184,7 +182,9 @@ class ResponsesService:
         if body.stream:
             routed = await self.pipeline.stream(request)
             response_headers |= routed.headers
-            events = self._events(body, tenant, conversation, trimmed, routed.value, sources)
+            events = self._events(
+                body, tenant, conversation, trimmed, routed.value, sources, summary
+            )
             return events, response_headers
         routed = await self.pipeline.complete(request)
         answer = orjson.loads(answer_bytes(routed.value))
@@ -198,12 +198,11 @@ class ResponsesService:
             answer.get("usage"),
             trimmed,
             sources=sources,
-            summarized=self._summary[1],
+            summarized=summary[1],
         )
         if body.store:
-            summary, summarized = self._summary
             await self.conversations.save(
-                tenant, response, _with_answer(conversation, text), summary, summarized
+                tenant, response, _with_answer(conversation, text), *summary
             )
         return response, response_headers | routed.headers
 
@@ -215,6 +214,7 @@ class ResponsesService:
         trimmed: Trimmed,
         chunks: AsyncIterator[Any],
         sources: list[dict],
+        summary: tuple[str | None, int],
     ) -> AsyncIterator[bytes]:
         response = response_object(body, body.model or "", "", None, None, trimmed)
         response["status"], response["output"] = "in_progress", []
@@ -254,17 +254,14 @@ class ResponsesService:
         ids = {"item_id": item_id, "response_id": response["id"]}
         final = response_object(
             body, model, text, finish, usage, trimmed, **ids, created_at=response["created_at"],
-            sources=sources, summarized=self._summary[1],
+            sources=sources, summarized=summary[1],
         )  # fmt: skip
         message = final["output"][-1]
         yield stream.event("response.output_item.done", output_index=position, item=message)
         done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield stream.event(done, response=final)
         if body.store:
-            summary, summarized = self._summary
-            await self.conversations.save(
-                tenant, final, _with_answer(conversation, text), summary, summarized
-            )
+            await self.conversations.save(tenant, final, _with_answer(conversation, text), *summary)
 
     async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
         tenant = await self.pipeline.gate.tenant_for(api_key)

@@ -47,30 +47,25 @@ async def get_state(request: Request) -> Response:
     return _answer(state)
 
 
-async def put_state(request: Request) -> Response:
+async def _write(request: Request, replace: bool) -> Response:
     service = _service(request)
-    body = await read_json_object(request)
-    state = await service.put(
+    write = service.put if replace else service.patch
+    state = await write(
         presented_api_key(request),
         request.path_params["agent_id"],
-        body,
+        await read_json_object(request),
         request.headers.get("if-match"),
         _ttl_s(request),
     )
     return _answer(state, 201 if state.is_created else 200)
+
+
+async def put_state(request: Request) -> Response:
+    return await _write(request, replace=True)
 
 
 async def patch_state(request: Request) -> Response:
-    service = _service(request)
-    body = await read_json_object(request)
-    state = await service.patch(
-        presented_api_key(request),
-        request.path_params["agent_id"],
-        body,
-        request.headers.get("if-match"),
-        _ttl_s(request),
-    )
-    return _answer(state, 201 if state.is_created else 200)
+    return await _write(request, replace=False)
 
 
 async def delete_state(request: Request) -> Response:
