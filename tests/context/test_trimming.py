@@ -76,3 +76,33 @@ def test_turns_group_each_user_message_with_its_answers():
     )
     assert system == [SYSTEM]
     assert [[m["content"] for m in turn] for turn in grouped] == [["a", "b", "c"], ["d"]]
+
+
+def test_headroom_keeps_the_same_prefix_until_the_budget_fills_again(tokenizer: Tokenizer):
+    count = counter(tokenizer)
+    budget, target = 300, 180
+    dropped, prefixes, trims = 0, set(), 0
+    for num_turns in range(0, 60):
+        messages = conversation(num_turns)
+        trimmed = trim(messages, count, budget, keep_dropped=dropped, target=target)
+        assert trimmed.num_prompt_tokens == count(trimmed.messages) <= budget
+        assert trimmed.messages[0] == SYSTEM and trimmed.messages[-1] == messages[-1]
+        assert trimmed.messages[1:] == messages[len(messages) - len(trimmed.messages) + 1 :]
+        if trimmed.num_dropped_messages != dropped:  # trimmed again: down to the target
+            trims += 1
+            assert trimmed.num_prompt_tokens <= target
+            one_more = [SYSTEM, *messages[-(len(trimmed.messages) + 1) :]]
+            assert count(one_more) > target  # and no further
+        dropped = trimmed.num_dropped_messages
+        prefixes.add(tuple(m["content"] for m in trimmed.messages[:3]))
+    # Without headroom every turn past the window moves the prefix; with it, few do.
+    assert 1 < trims < 20 and len(prefixes) <= trims + 2  # + before any trim, + no turn yet
+
+
+def test_a_stale_drop_point_is_ignored(tokenizer: Tokenizer):
+    messages = conversation(40)
+    count = counter(tokenizer)
+    exact = trim(messages, count, 300)
+    # A drop point inside a turn (or past the newest) is no turn boundary: trimming as usual.
+    for keep in (1, len(messages) + 5):
+        assert trim(messages, count, 300, keep_dropped=keep, target=300) == exact

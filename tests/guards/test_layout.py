@@ -29,6 +29,7 @@ ALLOWED = {
         "titan.backends",
         "titan.context",
         "titan.cache",
+        "titan.jobs",
         "titan.limits",
         "titan.storage",
         "titan.router",
@@ -38,6 +39,8 @@ ALLOWED = {
     "titan.cache": {"titan.storage"},
     # Conversations and retrieval: the storage protocols; the embedder and index for RAG.
     "titan.context": {"titan.storage", "titan.cache"},
+    # Jobs and batches: the queue protocol; batch input and output are files.
+    "titan.jobs": {"titan.storage", "titan.context"},
     "titan.storage": set(),
     # Limits use the storage protocols only, never a concrete store (see test below).
     "titan.limits": {"titan.storage"},

@@ -3,6 +3,7 @@ retrieve and delete, tenant isolation, and trimming to the embedded model's real
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import httpx
@@ -61,11 +62,13 @@ def test_a_conversation_chains_streams_and_is_kept_per_tenant():
 
 
 @pytest.mark.slow
-def test_a_long_conversation_is_trimmed_to_the_real_window():
+@pytest.mark.parametrize("headroom", [0.0, 0.5])
+def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float):
     window, output = 256, 4
     config = {
         "models": [{"deployments": [{"backend": "embedded", "engine": {"max_model_len": window}}]}],
         "probes": {"enabled": False},
+        "context": {"trim_headroom": headroom},
     }
     with running_titan(config) as titan, sdk(titan) as client:
         previous, dropped = None, []
@@ -86,6 +89,12 @@ def test_a_long_conversation_is_trimmed_to_the_real_window():
             previous = parsed.id
         assert dropped[0] == 0 and dropped[-1] > 0
         assert dropped == sorted(dropped)
+        trims = sum(after != before for before, after in itertools.pairwise(dropped))
+        trimmed_turns = sum(d > 0 for d in dropped)
+        if headroom:  # the prompt's prefix stays put for several turns after each trim
+            assert trims <= trimmed_turns // 2
+        else:  # the most that fits: past the window, every turn pushes one out
+            assert trims >= trimmed_turns - 2
 
 
 @pytest.mark.slow

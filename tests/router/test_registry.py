@@ -92,3 +92,26 @@ def test_a_tier_rule_has_exactly_one_condition():
         TierRule(model="x")
     with pytest.raises(ValidationError, match="not a valid regular expression"):
         TierRule(model="x", pattern="([")
+
+
+def test_batch_requests_go_to_the_batch_pool_and_interactive_ones_stay_out_of_it():
+    def state(name: str, pool: str) -> DeploymentState:
+        return DeploymentState.create(name, None, weight=1.0, max_concurrency=None,
+                                      timeouts=Timeouts(), breaker=BreakerConfig(),
+                                      now=lambda: 0.0, pool=pool)  # fmt: skip
+
+    live, shared, batch = (
+        state("live", "interactive"),
+        state("shared", "shared"),
+        state("b", "batch"),
+    )
+    m = RoutedModel("m", [live, shared, batch], RoutingConfig(policy="round_robin"))
+    registry = Registry([m], random.Random(0))
+    batch_traits, interactive = RequestTraits(is_batch=True), RequestTraits()
+    assert {registry.pick(m, batch_traits, set()).name for _ in range(10)} == {"b"}
+    assert {registry.pick(m, interactive, set()).name for _ in range(10)} == {"live", "shared"}
+    # Batch pool down: batch requests fall back to shared deployments, never interactive ones.
+    assert registry.pick(m, batch_traits, {"b"}).name == "shared"
+    assert registry.pick(m, batch_traits, {"b", "shared"}) is None
+    # Everything else down: interactive requests may use the batch pool.
+    assert registry.pick(m, interactive, {"live", "shared"}).name == "b"

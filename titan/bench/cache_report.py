@@ -278,12 +278,6 @@ def versions(embedder: Any) -> dict[str, Any]:
 
 
 def print_console(results: dict[str, Any], console: Any) -> None:
-    from rich.table import Table
+    from titan.bench.report import print_tables
 
-    for title, (header, rows) in report_tables(results).items():
-        table = Table(title=title)
-        for column in header:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(cell.replace("**", "") for cell in row))
-        console.print(table)
+    print_tables(report_tables(results), console)

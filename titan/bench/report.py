@@ -314,3 +314,17 @@ def print_console(results: dict[str, Any], console: Console) -> None:
         style = "green" if row[-1] == "PASS" else "red"
         targets.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
     console.print(targets)
+
+
+def print_tables(tables: dict[str, tuple[list[str], list[list[str]]]], console: Any) -> None:
+    """Title -> (header, rows), as the reports build them for Markdown, as rich tables (bold
+    markers dropped)."""
+    from rich.table import Table
+
+    for title, (header, rows) in tables.items():
+        table = Table(title=title)
+        for column in header:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*(cell.replace("**", "") for cell in row))
+        console.print(table)

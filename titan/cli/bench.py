@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,6 +14,39 @@ bench_app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+def run_bench(
+    name: str,
+    run: Callable[[Callable[[str], None]], Any],
+    print_console: Callable[[dict[str, Any], Any], None],
+    errors: tuple[type[BaseException], ...],
+    console: Any = None,
+) -> None:
+    """Runs a benchmark with a live status line, prints its tables and where it wrote them;
+    ``errors`` (a missing model, a service that would not start) end it with exit code 2."""
+    from rich.console import Console
+
+    from titan.bench.report import display_path
+    from titan.errors import TitanError
+
+    console = console or Console(log_path=False)
+    try:
+        with console.status("benchmarking") as status:
+
+            def progress(message: str) -> None:
+                console.log(message)
+                status.update(message)
+
+            outcome = run(progress)
+    except errors as exc:
+        message = exc.message if isinstance(exc, TitanError) else str(exc)
+        typer.echo(f"titan bench {name}: {message}", err=True)
+        raise typer.Exit(2) from None
+    print_console(outcome.results, console)
+    written = [outcome.markdown_path, getattr(outcome, "png_path", None), outcome.json_path]
+    paths = [display_path(path) for path in written if path is not None]
+    console.print(f"Wrote {', '.join(paths[:-1])} and {paths[-1]}")
 
 
 class BenchDtype(StrEnum):
@@ -44,7 +78,6 @@ def engine(
 ) -> None:
     """Titan's engine vs HF transformers generate: throughput, TTFT, decode speed, head-of-line."""
     # Imported here so that `titan --help` stays quick.
-    from rich.console import Console
 
     from titan.bench import report
     from titan.bench.engine_bench import BenchSettings, bench_engine
@@ -55,22 +88,11 @@ def engine(
         overrides["num_requests"] = num_requests
     settings = BenchSettings.quick(**overrides) if quick else BenchSettings(**overrides)
 
-    console = Console(log_path=False)
-    try:
-        with console.status("benchmarking") as status:
-
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
-
-            outcome = bench_engine(settings, output=output, progress=progress)
-    except TitanError as exc:  # e.g. the default model is not installed
-        typer.echo(f"titan bench engine: {exc.message}", err=True)
-        raise typer.Exit(2) from None
-    report.print_console(outcome.results, console)
-    console.print(
-        f"Wrote {report.display_path(outcome.markdown_path)} and "
-        f"{report.display_path(outcome.json_path)}"
+    run_bench(
+        "engine",
+        lambda progress: bench_engine(settings, output=output, progress=progress),
+        report.print_console,
+        (TitanError,),
     )
 
 
@@ -134,21 +156,12 @@ def gateway(
     console = Console(log_path=False)
     if litellm_path is None:
         console.print("LiteLLM not found: its runs are skipped (--litellm PATH to add them).")
-    try:
-        with console.status("benchmarking") as status:
-
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
-
-            outcome = bench_gateway(settings, output=output, progress=progress)
-    except ServiceError as exc:
-        typer.echo(f"titan bench gateway: {exc}", err=True)
-        raise typer.Exit(2) from None
-    gateway_report.print_console(outcome.results, console)
-    console.print(
-        f"Wrote {gateway_report.display_path(outcome.markdown_path)} and "
-        f"{gateway_report.display_path(outcome.json_path)}"
+    run_bench(
+        "gateway",
+        lambda progress: bench_gateway(settings, output=output, progress=progress),
+        gateway_report.print_console,
+        (ServiceError,),
+        console,
     )
 
 
@@ -184,11 +197,9 @@ def admission(
     ] = False,
 ) -> None:
     """Admission control: goodput under overload (on vs off), and a limit shared by 2 replicas."""
-    from rich.console import Console
 
     from titan.bench.admission import AdmissionSettings, bench_admission, print_console
     from titan.bench.processes import ServiceError
-    from titan.bench.report import display_path
 
     overrides: dict = {"redis_url": None if skip_replicas else redis_url}
     if duration is not None:
@@ -196,21 +207,11 @@ def admission(
     if max_queue is not None:
         overrides["max_queue"] = max_queue
     settings = AdmissionSettings.quick(**overrides) if quick else AdmissionSettings(**overrides)
-    console = Console(log_path=False)
-    try:
-        with console.status("benchmarking") as status:
-
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
-
-            outcome = bench_admission(settings, output=output, progress=progress)
-    except (ServiceError, RuntimeError, OSError) as exc:
-        typer.echo(f"titan bench admission: {exc}", err=True)
-        raise typer.Exit(2) from None
-    print_console(outcome.results, console)
-    console.print(
-        f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
+    run_bench(
+        "admission",
+        lambda progress: bench_admission(settings, output=output, progress=progress),
+        print_console,
+        (ServiceError, RuntimeError, OSError),
     )
 
 
@@ -230,33 +231,19 @@ def cache(
 ) -> None:
     """Response cache: semantic hits vs false hits (Titan vs GPTCache's default), lookup latency
     at 10k/100k entries, exact-hit and miss overheads."""
-    from rich.console import Console
 
     from titan.bench.cache_bench import CacheBenchSettings, bench_cache
     from titan.bench.cache_report import print_console
-    from titan.bench.report import display_path
     from titan.errors import TitanError
     from titan.service.cache_replay import replay_whole
 
     overrides: dict = {} if pairs is None else {"pairs_path": str(pairs)}
     settings = CacheBenchSettings.quick(**overrides) if quick else CacheBenchSettings(**overrides)
-    console = Console(log_path=False)
-    try:
-        with console.status("benchmarking") as status:
-
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
-
-            outcome = bench_cache(settings, replay_whole, output=output, progress=progress)
-    except (TitanError, OSError) as exc:  # e.g. the embedding model is not installed
-        message = exc.message if isinstance(exc, TitanError) else str(exc)
-        typer.echo(f"titan bench cache: {message}", err=True)
-        raise typer.Exit(2) from None
-    print_console(outcome.results, console)
-    console.print(
-        f"Wrote {display_path(outcome.markdown_path)}, {display_path(outcome.png_path)} and "
-        f"{display_path(outcome.json_path)}"
+    run_bench(
+        "cache",
+        lambda progress: bench_cache(settings, replay_whole, output=output, progress=progress),
+        print_console,
+        (TitanError, OSError),
     )
 
 
@@ -269,30 +256,72 @@ def context(
         bool, typer.Option("--quick", help="20 turns, 1k chunks, 20 queries (a smoke run).")
     ] = False,
 ) -> None:
-    """Context: a 100-turn conversation trimmed by Titan vs the naive full history (prompt
-    tokens, time, turns served), and vector store search latency at 10k chunks."""
-    from rich.console import Console
+    """Context: a 100-turn conversation trimmed by Titan (most that fits, and with
+    trim_headroom 0.5) vs the naive full history (prompt tokens, time, turns served), and
+    vector store search latency at 10k chunks, with and without reranking."""
 
-    from titan.bench.context_bench import ContextBenchSettings, bench_context, print_console
+    from titan.bench.context_bench import ContextBenchSettings, bench_context
+    from titan.bench.context_report import print_console
     from titan.bench.processes import ServiceError
-    from titan.bench.report import display_path
     from titan.errors import TitanError
 
     settings = ContextBenchSettings.quick() if quick else ContextBenchSettings()
-    console = Console(log_path=False)
-    try:
-        with console.status("benchmarking") as status:
+    run_bench(
+        "context",
+        lambda progress: bench_context(settings, output=output, progress=progress),
+        print_console,
+        (TitanError, ServiceError, OSError),
+    )
 
-            def progress(message: str) -> None:
-                console.log(message)
-                status.update(message)
 
-            outcome = bench_context(settings, output=output, progress=progress)
-    except (TitanError, ServiceError, OSError) as exc:
-        message = exc.message if isinstance(exc, TitanError) else str(exc)
-        typer.echo(f"titan bench context: {message}", err=True)
-        raise typer.Exit(2) from None
-    print_console(outcome.results, console)
-    console.print(
-        f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
+@bench_app.command("jobs")
+def jobs(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the jobs section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    num_jobs: Annotated[
+        int | None,
+        typer.Option(min=1, help="Jobs per storage mode (default: 5,000, 300 with --quick)."),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(min=1, help="Seconds per interactive phase (default: 30, 5 with --quick)."),
+    ] = None,
+    redis_url: Annotated[
+        str,
+        typer.Option(
+            help="Redis for the Redis mode: redis://HOST:PORT (an empty database of 15..1 is "
+            "claimed per run and cleaned afterwards) or redis://HOST:PORT/N (N must be empty)."
+        ),
+    ] = "redis://127.0.0.1:6379",
+    skip_redis: Annotated[
+        bool, typer.Option("--skip-redis", help="SQLite mode only (no Redis needed).")
+    ] = False,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="300 jobs, a batch of 500, 5 s phases (a smoke run)."),
+    ] = False,
+) -> None:
+    """Async jobs: jobs/s from submit to result (SQLite, Redis) against a zero-latency model vs
+    the direct pipeline, and interactive latency while a 10,000-request batch runs vs without."""
+
+    from titan.bench.jobs_bench import InProcess, JobsBenchSettings, bench_jobs
+    from titan.bench.jobs_report import print_console
+    from titan.bench.processes import ServiceError
+    from titan.errors import TitanError
+    from titan.service import build_pipeline
+    from titan.service.jobs import JobsService
+
+    overrides: dict = {"redis_url": None if skip_redis else redis_url}
+    if num_jobs is not None:
+        overrides["jobs"] = num_jobs
+    if duration is not None:
+        overrides["duration_s"] = duration
+    settings = JobsBenchSettings.quick(**overrides) if quick else JobsBenchSettings(**overrides)
+    hooks = InProcess(build_pipeline=build_pipeline, jobs_of=JobsService.of)
+    run_bench(
+        "jobs",
+        lambda progress: bench_jobs(settings, hooks, output=output, progress=progress),
+        print_console,
+        (TitanError, ServiceError, RuntimeError, OSError),
     )

@@ -12,8 +12,10 @@ import typer
 
 from titan.cli.bench import bench_app
 from titan.cli.config import config_app
+from titan.cli.jobs import jobs_app
 from titan.cli.keys import keys_app
 from titan.cli.simulate import simulate
+from titan.cli.worker import worker
 from titan.config import TitanConfig, gateway, loading
 from titan.errors import ConfigError, TitanError
 
@@ -312,6 +314,8 @@ def build_cli() -> typer.Typer:
     cli.add_typer(bench_app, name="bench")
     cli.add_typer(config_app, name="config")
     cli.add_typer(keys_app, name="keys")
+    cli.add_typer(jobs_app, name="jobs")
+    cli.command("worker")(worker)
     cli.command("simulate")(simulate)
     return cli
 

@@ -123,3 +123,7 @@ class ContextConfig(Settings):
 
     summary_model: str | None = None
     summary_max_tokens: int = Field(128, ge=8)
+    # Share of the prompt budget freed when a conversation must be trimmed; the turns after
+    # keep the same prefix until they fill it again (prefix-cache hits), at the cost of
+    # sending fewer old turns. 0: always keep the most that fits.
+    trim_headroom: float = Field(0.0, ge=0, lt=1)

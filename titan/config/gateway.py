@@ -24,6 +24,7 @@ from titan.config.admission import (
     TenantConfig,
 )
 from titan.config.cache import CacheConfig
+from titan.config.jobs import JobsConfig
 from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -42,6 +43,10 @@ class _Deployment(Settings):
     weight: float = Field(1.0, gt=0)
     max_concurrency: int | None = Field(None, ge=1)
     timeouts: Timeouts = Timeouts()
+    # Which traffic it takes: "batch" deployments serve batch-class requests (jobs) and other
+    # requests only when no other deployment is up; "interactive" ones never serve batch
+    # requests; "shared" ones serve both (batch requests when no batch deployment is up).
+    pool: Literal["shared", "interactive", "batch"] = "shared"
 
 
 class EmbeddedDeployment(_Deployment):
@@ -213,6 +218,7 @@ class TitanConfig(Settings):
     admission: AdmissionConfig = AdmissionConfig()
     cache: CacheConfig = CacheConfig()
     context: ContextConfig = ContextConfig()
+    jobs: JobsConfig = JobsConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:

@@ -17,7 +17,9 @@ from titan.config.problems import suggestion
 
 ENV_PREFIX = "TITAN_"
 # The sections whose scalar settings environment variables may override.
-ENV_SECTIONS = ("server", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission")
+ENV_SECTIONS = (
+    "server", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission", "jobs",
+)  # fmt: skip
 # Top-level settings that a variable of their own name overrides: TITAN_STORAGE=redis://...
 ENV_TOP_LEVEL = ("storage",)
 

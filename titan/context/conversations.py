@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from titan.errors import InvalidRequestError, NotFoundError
@@ -19,6 +20,21 @@ NAMESPACE = "responses"
 _SEPARATOR = "\x1f"  # never in a tenant name nor in a response id
 # A conversation longer than this many messages keeps only its newest ones in storage.
 MAX_STORED_MESSAGES = 2000
+
+
+@dataclass(frozen=True)
+class History:
+    """A stored conversation: its messages, the running summary of its first ``summarized``
+    messages, and how many first messages the last request left out of the prompt (trimming
+    keeps them out while it can: a stable prefix)."""
+
+    messages: list[dict[str, Any]]
+    summary: str | None = None
+    summarized: int = 0
+    dropped: int = 0
+
+    def extended(self, *messages: dict[str, Any], **changes: Any) -> History:
+        return replace(self, messages=[*self.messages, *messages], **changes)
 
 
 def new_response_id() -> str:
@@ -84,17 +100,10 @@ class Conversations:
     def _id(tenant: str, response_id: str) -> str:
         return f"{tenant}{_SEPARATOR}{response_id}"
 
-    async def history(self, tenant: str, previous_response_id: str | None) -> list[dict]:
+    async def continued(self, tenant: str, previous_response_id: str | None) -> History:
         """The conversation a new response continues (no instructions: those are per request)."""
-        return (await self.continued(tenant, previous_response_id))[0]
-
-    async def continued(
-        self, tenant: str, previous_response_id: str | None
-    ) -> tuple[list[dict], str | None, int]:
-        """(the conversation, its running summary, how many of its first messages that summary
-        covers) for a new response continuing ``previous_response_id``."""
         if previous_response_id is None:
-            return [], None, 0
+            return History([])
         stored = await self.documents.get(NAMESPACE, self._id(tenant, previous_response_id))
         if stored is None:
             raise NotFoundError(
@@ -102,23 +111,21 @@ class Conversations:
                 "be false).",
                 param="previous_response_id",
             )
-        summary = stored.get("summary")
-        return list(stored["messages"]), summary, int(stored.get("summarized", 0))
+        return History(
+            list(stored["messages"]),
+            stored.get("summary"),
+            int(stored.get("summarized", 0)),
+            int(stored.get("dropped", 0)),
+        )
 
-    async def save(
-        self,
-        tenant: str,
-        response: Mapping[str, Any],
-        messages: list[dict],
-        summary: str | None = None,
-        summarized: int = 0,
-    ) -> None:
-        dropped = max(0, len(messages) - MAX_STORED_MESSAGES)
+    async def save(self, tenant: str, response: Mapping[str, Any], history: History) -> None:
+        cut = max(0, len(history.messages) - MAX_STORED_MESSAGES)
         document = {
             "response": dict(response),
-            "messages": messages[dropped:],
-            "summary": summary,
-            "summarized": max(0, summarized - dropped),
+            "messages": history.messages[cut:],
+            "summary": history.summary,
+            "summarized": max(0, history.summarized - cut),
+            "dropped": max(0, history.dropped - cut),
             "stored_at": self._now(),
         }
         await self.documents.put(NAMESPACE, self._id(tenant, response["id"]), document)

@@ -40,10 +40,24 @@ def turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message
     return system, grouped
 
 
-def trim(messages: Sequence[Message], count_tokens: TokenCounter, budget: int) -> Trimmed:
+def trim(
+    messages: Sequence[Message],
+    count_tokens: TokenCounter,
+    budget: int,
+    *,
+    keep_dropped: int = 0,
+    target: int | None = None,
+) -> Trimmed:
     """The longest suffix of whole turns that fits ``budget`` prompt tokens with the system
-    messages. Raises ContextLengthExceededError (400) when even the newest turn does not fit."""
+    messages. Raises ContextLengthExceededError (400) when even the newest turn does not fit.
+
+    With headroom (``target`` below ``budget``): the ``keep_dropped`` first non-system messages
+    that the previous request of the conversation dropped stay dropped while the rest fits, so
+    the prompt's prefix is the same from turn to turn (an engine's prefix cache reuses it); when
+    it no longer fits, turns go until the prompt fits ``target``, leaving room for the turns to
+    come."""
     system, grouped = turns(messages)
+    target = budget if target is None else min(target, budget)
 
     def assembled(num_dropped: int) -> list[Message]:
         return system + [m for turn in grouped[num_dropped:] for m in turn]
@@ -56,23 +70,45 @@ def trim(messages: Sequence[Message], count_tokens: TokenCounter, budget: int) -
             f"{minimal} tokens and the budget is {budget} (the window minus max_output_tokens "
             "and a reserve). Shorten the input or lower max_output_tokens."
         )
-    whole = count_tokens(assembled(0))
-    if whole <= budget:
-        return Trimmed(assembled(0), whole, 0, 0)
-    # Fewest turns dropped that fit: token counts fall as more old turns go, so bisect.
-    low, high = 1, newest  # high fits (checked above), 0 does not
+    sticky = _turns_in(grouped, keep_dropped) if target < budget else 0
+    kept = count_tokens(assembled(sticky))
+    if kept <= budget:
+        return _trimmed(grouped, assembled(sticky), kept, sticky)
+    if minimal > target:  # only the newest turn fits, and not with headroom
+        return _trimmed(grouped, assembled(newest), minimal, newest)
+    # Fewest turns dropped that fit the target: token counts fall as more old turns go, so
+    # bisect between what still does not fit and the newest turn alone (which does).
+    low, high = sticky + 1, newest
     fitted = {newest: minimal}
     while low < high:
         middle = (low + high) // 2
         tokens = count_tokens(assembled(middle))
-        if tokens <= budget:
+        if tokens <= target:
             high = middle
             fitted[middle] = tokens
         else:
             low = middle + 1
-    kept = assembled(high)
     tokens = fitted.get(high)
     if tokens is None:
-        tokens = count_tokens(kept)
-    num_dropped_messages = sum(len(turn) for turn in grouped[:high])
-    return Trimmed(kept, tokens, high, num_dropped_messages)
+        tokens = count_tokens(assembled(high))
+    return _trimmed(grouped, assembled(high), tokens, high)
+
+
+def _turns_in(grouped: list[list[Message]], num_messages: int) -> int:
+    """How many whole turns the first ``num_messages`` messages are (0 unless they end on a
+    turn boundary before the newest turn)."""
+    total = 0
+    for index, turn in enumerate(grouped[:-1]):
+        total += len(turn)
+        if total == num_messages:
+            return index + 1
+        if total > num_messages:
+            break
+    return 0
+
+
+def _trimmed(
+    grouped: list[list[Message]], kept: list[Message], tokens: int, num_dropped: int
+) -> Trimmed:
+    num_dropped_messages = sum(len(turn) for turn in grouped[:num_dropped])
+    return Trimmed(kept, tokens, num_dropped, num_dropped_messages)

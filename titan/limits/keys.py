@@ -206,14 +206,26 @@ class KeyRing:
                 f"Incorrect API key (id {key_id}): no key with this id and secret was issued "
                 "here. Check the key, or create one with `titan keys create`."
             )
+        return self._still_valid(record)
+
+    async def authenticate_id(self, key_id: str) -> ApiKey:
+        """The record of a key that authenticated earlier (it submitted a job): still valid, or
+        AuthenticationError saying why not."""
+        record = await self._lookup(key_id)
+        if record is None:
+            raise AuthenticationError(f"The API key {key_id} no longer exists.")
+        return self._still_valid(record)
+
+    def _still_valid(self, record: ApiKey) -> ApiKey:
         if record.revoked_at is not None:
             raise AuthenticationError(
-                f"The API key {key_id} was revoked on {_utc(record.revoked_at)}; ask for a new one."
+                f"The API key {record.key_id} was revoked on {_utc(record.revoked_at)}; ask for "
+                "a new one."
             )
         now = self._now()
         if record.is_expired(now):
             raise AuthenticationError(
-                f"The API key {key_id} expired on {_utc(record.policy.expires_at or now)}; "
+                f"The API key {record.key_id} expired on {_utc(record.policy.expires_at or now)}; "
                 "ask for a new one."
             )
         return record

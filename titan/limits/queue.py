@@ -72,6 +72,11 @@ class AdmissionQueue:
         """Live waiters that would be served before a new arrival of this rank."""
         return sum(1 for w in self._waiters if w.rank <= rank and not w.granted.done())
 
+    def num_waiting_before(self, priority: Priority) -> int:
+        """Live waiters of a higher class than ``priority`` (interactive and normal ones, for
+        batch): jobs hold back while any wait."""
+        return self._ahead_of(PRIORITIES.index(priority) - 1)
+
     def predicted_wait_s(self, priority: Priority) -> float:
         """Seconds a request of this class arriving now would queue (0 with a free slot)."""
         if self.capacity is None or (self.num_running < self.capacity and not self.num_waiting):

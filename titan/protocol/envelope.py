@@ -30,6 +30,9 @@ class ClientRequest:
     # and the client's address (limits for requests without a key).
     api_key: str | None = field(default=None, repr=False)
     client_host: str | None = None
+    # Work a key submitted earlier (a job) runs as that key, named by id: the secret is never
+    # stored with the job.
+    key_id: str | None = None
 
     @property
     def max_output_tokens(self) -> int | None:

@@ -20,6 +20,7 @@ class DeploymentState:
     breaker: CircuitBreaker
     latency: PeakEwma  # time to first byte, seconds
     outstanding: int = 0
+    pool: str = "shared"  # which traffic it takes (config: deployments[].pool)
     # Smooth weighted round robin's running weight.
     round_robin_weight: float = 0.0
     num_attempts: int = 0
@@ -37,6 +38,7 @@ class DeploymentState:
         timeouts: Timeouts,
         breaker: BreakerConfig,
         now: Clock,
+        pool: str = "shared",
     ) -> DeploymentState:
         return cls(
             name,
@@ -46,6 +48,7 @@ class DeploymentState:
             timeouts,
             CircuitBreaker(breaker, now),
             latency=PeakEwma(now),
+            pool=pool,
         )
 
     @property

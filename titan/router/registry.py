@@ -32,6 +32,7 @@ class RequestTraits:
     prefix_key: str | None = None  # the prompt's first characters
     # The last user message's unit-length embedding, when a tier rule classifies by similarity.
     embedding: tuple[float, ...] | None = None
+    is_batch: bool = False  # the batch priority class (jobs): routed to the batch pool
 
 
 @dataclass
@@ -127,6 +128,18 @@ class Registry:
     ) -> DeploymentState | None:
         """An available deployment of ``model`` not in ``exclude`` (already tried), or None."""
         candidates = [d for d in model.deployments if d.name not in exclude and d.is_available]
+        candidates = _in_pool(candidates, traits.is_batch)
         if not candidates:
             return None
         return choose(candidates, model.routing, self.rng, affinity_key=model.affinity_key(traits))
+
+
+def _in_pool(candidates: list[DeploymentState], is_batch: bool) -> list[DeploymentState]:
+    """The deployments of the request's pool: batch requests go to batch deployments, else
+    shared ones, never interactive ones; other requests to interactive and shared ones, else
+    (all down) to batch ones."""
+    if is_batch:
+        return [d for d in candidates if d.pool == "batch"] or [
+            d for d in candidates if d.pool == "shared"
+        ]
+    return [d for d in candidates if d.pool != "batch"] or candidates

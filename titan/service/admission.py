@@ -149,7 +149,9 @@ class Gatekeeper:
     async def authenticate(self, request: ClientRequest) -> Caller:
         await self.refresh_auth()
         key = None
-        if self.is_auth_on:
+        if self.is_auth_on and request.key_id is not None:
+            key = await self.keys.authenticate_id(request.key_id)
+        elif self.is_auth_on:
             if not request.api_key:
                 raise AuthenticationError(
                     "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' "
@@ -162,15 +164,20 @@ class Gatekeeper:
     async def tenant_for(self, api_key: str | None) -> str:
         """The tenant whose stored objects (responses, files, state) a caller may touch: its
         key's, or "" when auth is off (one user)."""
+        return (await self.identify(api_key))[0]
+
+    async def identify(self, api_key: str | None) -> tuple[str, str | None]:
+        """(tenant, key id) of a caller; ("", None) when auth is off."""
         await self.refresh_auth()
         if not self.is_auth_on:
-            return ""
+            return "", None
         if not api_key:
             raise AuthenticationError(
                 "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.",
                 code="missing_api_key",
             )
-        return (await self.keys.authenticate(api_key)).tenant
+        key = await self.keys.authenticate(api_key)
+        return key.tenant, key.key_id
 
     def _priority(self, request: ClientRequest, key: ApiKey | None) -> Priority:
         asked = request.headers.get("x-titan-priority")

@@ -68,9 +68,11 @@ class Pipeline:
         self.registry: Registry | None = None
         self.runner: AttemptRunner | None = None
         self._embedder: Embedder | None = None
+        self._embedder_loading = asyncio.Lock()
         self.cache: ResponseCache | None = None
         self.flow: RequestFlow | None = None
         self.rag: Any = None  # the files and vector stores service, made on first use
+        self.jobs: Any = None  # the jobs service (and its in-process worker)
         self._probe_task: asyncio.Task[None] | None = None
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -136,6 +138,11 @@ class Pipeline:
         self.registry = registry  # last: a registry means ready to route
         if self.config.probes.enabled:
             self._probe_task = asyncio.create_task(run_probes(registry, self.config.probes))
+        if self.config.jobs.workers and self.storage.jobs is not None:
+            # The jobs service is built on the pipeline: imported here, not at the top.
+            from titan.service.jobs import JobsService
+
+            JobsService.of(self).start_worker()
 
     async def _discover(
         self,
@@ -159,8 +166,9 @@ class Pipeline:
         logger.info("serving the upstream's models", extra={"models": listed})
 
     async def _embedder_loaded(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = await asyncio.to_thread(Embedder.load)
+        async with self._embedder_loading:  # concurrent first uses load the model once
+            if self._embedder is None:
+                self._embedder = await asyncio.to_thread(Embedder.load)
         return self._embedder
 
     async def _start_cache(self) -> None:
@@ -206,6 +214,7 @@ class Pipeline:
             timeouts=deployment.timeouts,
             breaker=self.config.breaker,
             now=self._now,
+            pool=deployment.pool,
         )
 
     def _routed(self, name: str, states: list[DeploymentState], model: ModelConfig) -> RoutedModel:
@@ -220,6 +229,8 @@ class Pipeline:
         )
 
     async def shutdown(self) -> None:
+        if self.jobs is not None:  # first: running jobs go back to the queue while it is open
+            await self.jobs.stop()
         if self._probe_task is not None:
             self._probe_task.cancel()
             await asyncio.gather(self._probe_task, return_exceptions=True)
@@ -228,6 +239,8 @@ class Pipeline:
                 await backend.shutdown()
             except Exception:
                 logger.exception("backend shutdown failed", extra={"backend": backend.name})
+        if self.rag is not None:
+            await self.rag.close()
         if self.flow is not None:
             await self.flow.cache.close()
         if self.cache is not None:

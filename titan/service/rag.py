@@ -3,26 +3,26 @@ vector stores per pipeline (its index lives in memory)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 from titan.context.rag import MAX_FILE_BYTES, Files, FileTooLargeError, VectorStores
+from titan.context.rag.files import MAX_BATCH_FILE_BYTES
 from titan.errors import ServiceUnavailableError
 from titan.service.pipeline import Pipeline
 
-__all__ = ["MAX_FILE_BYTES", "FileTooLargeError", "RagService"]
+__all__ = ["MAX_BATCH_FILE_BYTES", "MAX_FILE_BYTES", "FileTooLargeError", "RagService"]
 
 
 class RagService:
     def __init__(self, pipeline: Pipeline):
         self.pipeline = pipeline
         self._stores: VectorStores | None = None
-        self._loading = asyncio.Lock()
 
     @classmethod
     def of(cls, pipeline: Pipeline) -> RagService:
-        """The pipeline's one service (not one per request): it owns the vector index."""
+        """The pipeline's one service (not one per request): it owns the vector index and the
+        files being embedded."""
         if pipeline.rag is None:
             pipeline.rag = cls(pipeline)
         return pipeline.rag  # type: ignore[no-any-return]
@@ -35,21 +35,27 @@ class RagService:
         return await gate.tenant_for(api_key)
 
     def files(self) -> Files:
-        # Files need no model: uploading one does not wait for the embedder to load.
-        if self._stores is not None:
-            return self._stores.files
-        return Files(self._documents(), time.time)
+        return self.stores().files
 
-    async def stores(self) -> VectorStores:
-        """Built on first use: loading the embedder takes seconds, and the index is rebuilt
-        from the stored chunks once."""
-        async with self._loading:
-            if self._stores is None:
-                embedder = await self.pipeline._embedder_loaded()
-                stores = VectorStores(self._documents(), embedder, time.time)
-                await stores.rebuild()
-                self._stores = stores
+    def stores(self) -> VectorStores:
+        """Made on first use, without the embedding model: that loads (seconds) when a file is
+        first embedded or a store first searched."""
+        if self._stores is None:
+            self._stores = VectorStores(
+                self._documents(), self.pipeline._embedder_loaded, time.time
+            )
         return self._stores
+
+    async def delete_file(self, tenant: str, file_id: str) -> dict[str, Any]:
+        """Deletes the file and takes it out of every vector store holding it."""
+        stores = self.stores()
+        await stores.files.get(tenant, file_id)
+        await stores.forget_file(tenant, file_id)
+        return await stores.files.delete(tenant, file_id)
+
+    async def close(self) -> None:
+        if self._stores is not None:
+            await self._stores.close()
 
     def _documents(self) -> Any:
         if self.pipeline.storage is None:

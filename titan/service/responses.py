@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 from pydantic import Field, ValidationError
 
 from titan.config import Settings
-from titan.context.conversations import Conversations, input_messages
+from titan.context.conversations import Conversations, History, input_messages
 from titan.context.trimming import Trimmed, trim, turns
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, ClientRequest, answer_bytes
@@ -34,6 +35,18 @@ DEFAULT_OUTPUT_TOKENS = 256
 TRIMMED_HEADER = "x-titan-context-trimmed"
 # Chunks given to the model by the file_search tool unless it sets max_num_results.
 DEFAULT_SOURCES = 5
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A Responses request made ready: the caller's tenant, the conversation with its new input,
+    the trimmed prompt, the chat completion to run and the file_search sources."""
+
+    tenant: str
+    history: History
+    trimmed: Trimmed
+    request: ClientRequest
+    sources: list[dict]
 
 
 class ResponsesBody(Settings):
@@ -67,14 +80,13 @@ class ResponsesService:
 
     async def _prepare(
         self, body: ResponsesBody, api_key: str | None, client_host: str | None, headers: dict
-    ) -> tuple[str, list[dict], Trimmed, ClientRequest, list[dict], tuple[str | None, int]]:
+    ) -> Prepared:
         tenant = await self.pipeline.gate.tenant_for(api_key)
         model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
-        history, summary, summarized = await self.conversations.continued(
-            tenant, body.previous_response_id
-        )
+        earlier = await self.conversations.continued(tenant, body.previous_response_id)
         turn = input_messages(body.input)
-        conversation = history + turn
+        history = earlier.extended(*turn)
+        conversation = history.messages
         system = [{"role": "system", "content": body.instructions}] if body.instructions else []
         sources = await self._file_search(tenant, body.tools, turn[-1]["content"])
         if sources:
@@ -82,23 +94,15 @@ class ResponsesService:
         count = self.pipeline.prompt_token_counter(model.id)
         output_tokens = body.max_output_tokens or DEFAULT_OUTPUT_TOKENS
         if model.max_model_len:
+            context = self.pipeline.config.context
             budget = model.max_model_len - output_tokens - RESERVE_TOKENS
-            trimmed = trim(system + conversation, count, budget)
-            summary_model = self.pipeline.config.context.summary_model
-            if trimmed.num_dropped_messages and summary_model:
-                dropped = conversation[: trimmed.num_dropped_messages]
-                if len(dropped) > summarized:  # more fell out: fold them into the summary
-                    summary = await self._summarize(
-                        summary_model, summary, dropped[summarized:], api_key, client_host
-                    )
-                    summarized = len(dropped)
-                note = {"role": "system", "content": f"Earlier in this conversation: {summary}"}
-                trimmed = trim([*system, note, *conversation[summarized:]], count, budget)
-                trimmed = Trimmed(
-                    trimmed.messages,
-                    trimmed.num_prompt_tokens,
-                    len(turns(conversation[:summarized])[1]) + trimmed.num_dropped_turns,
-                    summarized + trimmed.num_dropped_messages,
+            target = int(budget * (1 - context.trim_headroom))
+            trimmed = trim(system + conversation, count, budget,
+                           keep_dropped=history.dropped, target=target)  # fmt: skip
+            history = replace(history, dropped=trimmed.num_dropped_messages)
+            if trimmed.num_dropped_messages and context.summary_model:
+                trimmed, history = await self._summarized(
+                    context.summary_model, system, history, count, budget, api_key, client_host
                 )
         else:  # an upstream that does not say its window: nothing to trim against
             trimmed = Trimmed(system + conversation, count(system + conversation), 0, 0)
@@ -112,7 +116,36 @@ class ResponsesService:
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
         request = chat_request(chat, api_key, client_host, headers)
-        return tenant, conversation, trimmed, request, sources, (summary, summarized)
+        return Prepared(tenant, history, trimmed, request, sources)
+
+    async def _summarized(
+        self,
+        summary_model: str,
+        system: list[dict],
+        history: History,
+        count: Any,
+        budget: int,
+        api_key: str | None,
+        client_host: str | None,
+    ) -> tuple[Trimmed, History]:
+        """The prompt with the dropped messages replaced by the running summary (extended
+        when more fell out since the last request)."""
+        conversation, summary, summarized = history.messages, history.summary, history.summarized
+        if history.dropped > summarized:
+            summary = await self._summarize(
+                summary_model, summary, conversation[summarized : history.dropped], api_key,
+                client_host,
+            )  # fmt: skip
+            summarized = history.dropped
+        note = {"role": "system", "content": f"Earlier in this conversation: {summary}"}
+        trimmed = trim([*system, note, *conversation[summarized:]], count, budget)
+        trimmed = Trimmed(
+            trimmed.messages,
+            trimmed.num_prompt_tokens,
+            len(turns(conversation[:summarized])[1]) + trimmed.num_dropped_turns,
+            summarized + trimmed.num_dropped_messages,
+        )
+        return trimmed, replace(history, summary=summary, summarized=summarized)
 
     async def _summarize(
         self,
@@ -143,7 +176,7 @@ class ResponsesService:
         """The file_search tool: the best chunks of the named vector stores for the newest
         input, which the model is given with numbered source markers."""
         stores: list[str] = []
-        limit = DEFAULT_SOURCES
+        limit, ranking = DEFAULT_SOURCES, None
         for index, tool in enumerate(tools):
             if tool.get("type") != "file_search":
                 raise InvalidRequestError(
@@ -158,13 +191,14 @@ class ResponsesService:
                     param=f"tools[{index}].vector_store_ids",
                 )
             stores += ids
-            limit = int(tool.get("max_num_results") or limit)
+            limit = tool.get("max_num_results") or limit
+            ranking = tool.get("ranking_options", ranking)
         if not stores:
             return []
-        vector_stores = await RagService.of(self.pipeline).stores()
+        vector_stores = RagService.of(self.pipeline).stores()
         found = []
         for store_id in stores:
-            page = await vector_stores.search(tenant, store_id, query, limit)
+            page = await vector_stores.search(tenant, store_id, query, limit, ranking)
             found += page["data"]
         return sorted(found, key=lambda r: r["score"], reverse=True)[:limit]
 
@@ -172,21 +206,17 @@ class ResponsesService:
         self, data: Mapping[str, Any], api_key: str | None, client_host: str | None, headers: dict
     ) -> tuple[dict[str, Any] | AsyncIterator[bytes], dict[str, str]]:
         body = parse_body(data)
-        tenant, conversation, trimmed, request, sources, summary = await self._prepare(
-            body, api_key, client_host, headers
-        )
+        prepared = await self._prepare(body, api_key, client_host, headers)
+        trimmed, sources = prepared.trimmed, prepared.sources
         response_headers = {
             TRIMMED_HEADER: f"turns={trimmed.num_dropped_turns};"
             f"messages={trimmed.num_dropped_messages}"
         }
         if body.stream:
-            routed = await self.pipeline.stream(request)
+            routed = await self.pipeline.stream(prepared.request)
             response_headers |= routed.headers
-            events = self._events(
-                body, tenant, conversation, trimmed, routed.value, sources, summary
-            )
-            return events, response_headers
-        routed = await self.pipeline.complete(request)
+            return self._events(body, prepared, routed.value), response_headers
+        routed = await self.pipeline.complete(prepared.request)
         answer = orjson.loads(answer_bytes(routed.value))
         choice = answer["choices"][0]
         text = choice["message"].get("content") or ""
@@ -198,24 +228,17 @@ class ResponsesService:
             answer.get("usage"),
             trimmed,
             sources=sources,
-            summarized=summary[1],
+            summarized=prepared.history.summarized,
         )
         if body.store:
-            await self.conversations.save(
-                tenant, response, _with_answer(conversation, text), *summary
-            )
+            answered = prepared.history.extended({"role": "assistant", "content": text})
+            await self.conversations.save(prepared.tenant, response, answered)
         return response, response_headers | routed.headers
 
     async def _events(
-        self,
-        body: ResponsesBody,
-        tenant: str,
-        conversation: list[dict],
-        trimmed: Trimmed,
-        chunks: AsyncIterator[Any],
-        sources: list[dict],
-        summary: tuple[str | None, int],
+        self, body: ResponsesBody, prepared: Prepared, chunks: AsyncIterator[Any]
     ) -> AsyncIterator[bytes]:
+        trimmed, sources, history = prepared.trimmed, prepared.sources, prepared.history
         response = response_object(body, body.model or "", "", None, None, trimmed)
         response["status"], response["output"] = "in_progress", []
         item_id = response_item_id()
@@ -254,14 +277,15 @@ class ResponsesService:
         ids = {"item_id": item_id, "response_id": response["id"]}
         final = response_object(
             body, model, text, finish, usage, trimmed, **ids, created_at=response["created_at"],
-            sources=sources, summarized=summary[1],
+            sources=sources, summarized=history.summarized,
         )  # fmt: skip
         message = final["output"][-1]
         yield stream.event("response.output_item.done", output_index=position, item=message)
         done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield stream.event(done, response=final)
         if body.store:
-            await self.conversations.save(tenant, final, _with_answer(conversation, text), *summary)
+            answered = history.extended({"role": "assistant", "content": text})
+            await self.conversations.save(prepared.tenant, final, answered)
 
     async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
         tenant = await self.pipeline.gate.tenant_for(api_key)
@@ -286,7 +310,3 @@ def chat_request(
         api_key=api_key,
         client_host=client_host,
     )
-
-
-def _with_answer(conversation: list[dict], text: str) -> list[dict]:
-    return [*conversation, {"role": "assistant", "content": text}]

@@ -34,4 +34,5 @@ def request_traits(request: ClientRequest, prefix_chars: int) -> RequestTraits:
         last_user_text=last_user,
         session_key=session,
         prefix_key=prompt[:prefix_chars] or None,
+        is_batch=request.headers.get("x-titan-priority") == "batch",
     )

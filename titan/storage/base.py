@@ -201,6 +201,115 @@ class CacheStore(Protocol):
         ...
 
 
+# Job states. Final ones never change again; "dead_letter": every attempt failed on a retryable
+# error; "failed": an error retrying cannot fix (the request itself is wrong).
+JOB_STATES = ("queued", "running", "succeeded", "failed", "dead_letter", "cancelled", "expired")
+FINAL_JOB_STATES = frozenset(("succeeded", "failed", "dead_letter", "cancelled", "expired"))
+
+
+@dataclass
+class Job:
+    """A unit of queued work. ``payload`` is opaque to the queue (the jobs layer's JSON)."""
+
+    id: str
+    tenant: str
+    payload: dict[str, Any]
+    priority: int = 0  # lower runs first
+    state: str = "queued"
+    attempts: int = 0  # claims so far, the running one included
+    max_attempts: int = 3
+    idempotency_key: str | None = None
+    batch_id: str | None = None
+    created_at: float = 0.0
+    run_at: float = 0.0  # not before (a retry's backoff)
+    deadline: float | None = None  # not started by then: expired
+    started_at: float | None = None
+    finished_at: float | None = None
+    worker: str | None = None  # the lease holder while running
+    lease_until: float | None = None
+    is_cancel_requested: bool = False
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    result_ttl_s: float | None = None  # how long a finished job is kept (None: for good)
+    expires_at: float | None = None  # set when it finishes: dropped after this
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_JOB_STATES
+
+
+class JobQueue(Protocol):
+    """A durable queue of jobs with leases: at least once across crashes, results stored once.
+
+    A worker claims jobs (a lease until ``lease_until``) and renews the lease while it runs
+    them; a job whose lease runs out (its worker died) is claimed again. Only the holder of the
+    lease settles a job, so a worker that lost it cannot store a second result."""
+
+    async def submit(self, jobs: Sequence[Job]) -> list[Job]:
+        """Adds the jobs, in order; a job whose (tenant, idempotency_key) is already taken is
+        not added and the existing job is returned in its place."""
+        ...
+
+    async def claim(self, worker: str, *, limit: int, lease_s: float, now: float) -> list[Job]:
+        """Up to ``limit`` runnable jobs, lowest priority value first, then oldest ``run_at``:
+        queued ones due by ``now``, and running ones whose lease ran out. Each becomes running,
+        leased to ``worker`` until now + lease_s, one attempt more. A job past its deadline is
+        set expired instead, one whose cancel was asked cancelled; neither is returned."""
+        ...
+
+    async def renew(self, job_id: str, worker: str, *, lease_s: float, now: float) -> Job | None:
+        """Extends ``worker``'s lease; the job (``is_cancel_requested`` says to stop it), or
+        None when the worker holds it no longer."""
+        ...
+
+    async def settle(
+        self,
+        job_id: str,
+        worker: str,
+        *,
+        state: str,
+        now: float,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        run_at: float | None = None,
+        counts_attempt: bool = True,
+    ) -> bool:
+        """Ends ``worker``'s run of the job: a final ``state`` with its result or error, or
+        "queued" again to run at ``run_at`` (a retry; ``counts_attempt=False`` gives the attempt
+        back: the job never ran, e.g. no capacity for it yet). False, changing nothing, when the
+        worker does not hold the job's lease."""
+        ...
+
+    async def cancel(self, tenant: str, job_id: str, *, now: float) -> Job | None:
+        """A queued job is cancelled at once; a running one is marked for its worker to stop
+        (then cancelled by it). The job after the change, or None when there is no such job."""
+        ...
+
+    async def get(self, tenant: str, job_id: str) -> Job | None: ...
+
+    async def list(
+        self,
+        tenant: str,
+        *,
+        state: str | None = None,
+        batch_id: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+    ) -> list[Job]:
+        """The tenant's jobs, newest first; ``after``: the last id of the previous page."""
+        ...
+
+    async def counts(
+        self, tenant: str | None = None, *, batch_id: str | None = None
+    ) -> dict[str, int]:
+        """How many jobs are in each state (all tenants when None; one batch's)."""
+        ...
+
+    async def purge(self, now: float) -> int:
+        """Drops the finished jobs whose ``expires_at`` passed; how many."""
+        ...
+
+
 @dataclass
 class Storage:
     """The stores one ``storage:`` URL opens; ``close`` releases their connections."""
@@ -210,6 +319,7 @@ class Storage:
     counters: CounterStore
     limits: LimitStore
     cache: CacheStore | None = None  # None until a store for cached answers is opened
+    jobs: JobQueue | None = None
     closers: list[Any] = field(default_factory=list)
 
     async def close(self) -> None:

@@ -30,10 +30,16 @@ async def open_storage(
     clock = now or time.monotonic
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
+        from titan.storage.sqlite import IN_MEMORY, SqliteDatabase
+        from titan.storage.sqlite_jobs import SqliteJobQueue
+
         cache = MemoryCache(now or time.time)
+        # The job queue's rules live in SQL: an in-memory database runs them for memory://.
+        db = await SqliteDatabase.open(IN_MEMORY)
         return Storage(
-            url, MemoryDocuments(), MemoryCounters(clock), MemoryLimits(clock), cache=cache
-        )
+            url, MemoryDocuments(), MemoryCounters(clock), MemoryLimits(clock), cache=cache,
+            jobs=await SqliteJobQueue.open(db), closers=[db.close],
+        )  # fmt: skip
     if scheme == "sqlite":
         return await _open_sqlite(url, clock)
     if scheme in ("redis", "rediss"):
@@ -44,6 +50,7 @@ async def open_storage(
 async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
     from titan.storage.sqlite import SqliteCounters, SqliteDatabase, SqliteDocuments
     from titan.storage.sqlite_cache import SqliteCache
+    from titan.storage.sqlite_jobs import SqliteJobQueue
 
     # SQLAlchemy's convention: what follows ``sqlite:///`` is the path, so ``sqlite:///x.db`` is
     # relative, ``sqlite:////abs/x.db`` absolute and ``sqlite:///~/x.db`` under the home.
@@ -61,6 +68,7 @@ async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
         SqliteCounters(db),
         MemoryLimits(clock),
         cache=SqliteCache(db),
+        jobs=await SqliteJobQueue.open(db),
         closers=[db.close],
     )
 
@@ -72,6 +80,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
 
     from titan.storage.redis import RedisCounters, RedisDocuments, RedisLimits
     from titan.storage.redis_cache import RedisCache
+    from titan.storage.redis_jobs import RedisJobQueue
 
     try:
         # A blocking pool: a burst waits for a free connection instead of failing with
@@ -98,6 +107,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         RedisCounters(client, prefix=key_prefix),
         RedisLimits(client, prefix=key_prefix),
         cache=RedisCache(client, prefix=key_prefix),
+        jobs=RedisJobQueue(client, prefix=key_prefix),
         closers=[client.aclose, pool.disconnect],
     )
 

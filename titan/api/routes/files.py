@@ -13,10 +13,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from titan.api.parsing import presented_api_key
 from titan.api.state import pipeline_of
 from titan.errors import InvalidRequestError
-from titan.service.rag import MAX_FILE_BYTES, FileTooLargeError, RagService
+from titan.service.rag import MAX_BATCH_FILE_BYTES, FileTooLargeError, RagService
 
-# Room for the multipart framing and the purpose field around the file itself.
-MAX_UPLOAD_BYTES = MAX_FILE_BYTES + 64 * 1024
+# The largest file (a batch's), and room for the multipart framing and the purpose field.
+MAX_UPLOAD_BYTES = MAX_BATCH_FILE_BYTES + 64 * 1024
 
 
 async def caller(request: Request) -> tuple[RagService, str]:
@@ -38,7 +38,7 @@ async def _capped(request: Request) -> AsyncIterator[bytes]:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_UPLOAD_BYTES:
-            raise FileTooLargeError()
+            raise FileTooLargeError(limit=MAX_BATCH_FILE_BYTES)
         yield chunk
 
 
@@ -46,7 +46,7 @@ async def create_file(request: Request) -> Response:
     rag, tenant = await caller(request)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES:
-        raise FileTooLargeError(int(declared))
+        raise FileTooLargeError(int(declared), MAX_BATCH_FILE_BYTES)
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequestError(
             "Upload files as multipart/form-data with the fields 'file' and 'purpose'.",
@@ -62,7 +62,7 @@ async def create_file(request: Request) -> Response:
             raise InvalidRequestError("The form needs a 'file' field holding a file.", param="file")
         if not isinstance(purpose, str):
             raise InvalidRequestError("The form needs a 'purpose' field.", param="purpose")
-        data = await upload.read(MAX_FILE_BYTES + 1)
+        data = await upload.read(MAX_BATCH_FILE_BYTES + 1)
         created = await rag.files().create(
             tenant, upload.filename or "", purpose, data, upload.content_type
         )
@@ -90,4 +90,4 @@ async def file_content(request: Request) -> Response:
 
 async def delete_file(request: Request) -> Response:
     rag, tenant = await caller(request)
-    return JSONResponse(await rag.files().delete(tenant, request.path_params["file_id"]))
+    return JSONResponse(await rag.delete_file(tenant, request.path_params["file_id"]))

@@ -28,7 +28,7 @@ async def create_store(request: Request) -> Response:
         raise InvalidRequestError("'name' must be a string.", param="name")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidRequestError("'metadata' must be an object.", param="metadata")
-    stores = await rag.stores()
+    stores = rag.stores()
     created = await stores.create(
         tenant,
         name=name,
@@ -41,19 +41,19 @@ async def create_store(request: Request) -> Response:
 
 async def list_stores(request: Request) -> Response:
     rag, tenant = await caller(request)
-    return JSONResponse(await (await rag.stores()).list(tenant, **list_params(request, 20)))
+    return JSONResponse(await rag.stores().list(tenant, **list_params(request, 20)))
 
 
 async def retrieve_store(request: Request) -> Response:
     rag, tenant = await caller(request)
     store_id = request.path_params["vector_store_id"]
-    return JSONResponse(await (await rag.stores()).get(tenant, store_id))
+    return JSONResponse(await rag.stores().get(tenant, store_id))
 
 
 async def delete_store(request: Request) -> Response:
     rag, tenant = await caller(request)
     store_id = request.path_params["vector_store_id"]
-    return JSONResponse(await (await rag.stores()).delete(tenant, store_id))
+    return JSONResponse(await rag.stores().delete(tenant, store_id))
 
 
 async def add_file(request: Request) -> Response:
@@ -62,7 +62,7 @@ async def add_file(request: Request) -> Response:
     file_id = body.get("file_id")
     if not isinstance(file_id, str):
         raise InvalidRequestError("'file_id' is required.", param="file_id")
-    stores = await rag.stores()
+    stores = rag.stores()
     added = await stores.add_file(
         tenant,
         request.path_params["vector_store_id"],
@@ -74,7 +74,7 @@ async def add_file(request: Request) -> Response:
 
 async def list_files(request: Request) -> Response:
     rag, tenant = await caller(request)
-    stores = await rag.stores()
+    stores = rag.stores()
     page = await stores.list_files(
         tenant,
         request.path_params["vector_store_id"],
@@ -87,25 +87,26 @@ async def list_files(request: Request) -> Response:
 async def retrieve_file(request: Request) -> Response:
     rag, tenant = await caller(request)
     path = request.path_params
-    stores = await rag.stores()
+    stores = rag.stores()
     return JSONResponse(await stores.get_file(tenant, path["vector_store_id"], path["file_id"]))
 
 
 async def remove_file(request: Request) -> Response:
     rag, tenant = await caller(request)
     path = request.path_params
-    stores = await rag.stores()
+    stores = rag.stores()
     return JSONResponse(await stores.remove_file(tenant, path["vector_store_id"], path["file_id"]))
 
 
 async def search(request: Request) -> Response:
     rag, tenant = await caller(request)
     body = await read_json_object(request)
-    stores = await rag.stores()
+    stores = rag.stores()
     results = await stores.search(
         tenant,
         request.path_params["vector_store_id"],
         body.get("query"),
         body.get("max_num_results", 10),
+        body.get("ranking_options"),
     )
     return JSONResponse(results)

@@ -7,7 +7,8 @@ one tenant: another tenant's ids answer 404, exactly like ids that never existed
 
 from titan.context.rag.chunking import Chunk, chunk_text
 from titan.context.rag.files import MAX_FILE_BYTES, Files, FileTooLargeError
-from titan.context.rag.vector_stores import TextEmbedder, VectorStores
+from titan.context.rag.ingestion import TextEmbedder
+from titan.context.rag.vector_stores import VectorStores
 
 __all__ = [
     "MAX_FILE_BYTES",

@@ -10,6 +10,9 @@ quotes the original text (case and accents included), not the tokenizer's normal
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from titan.errors import InvalidRequestError
 
 DEFAULT_MAX_TOKENS = 200
 DEFAULT_OVERLAP = 40
@@ -56,3 +59,27 @@ def chunk_text(
             break
         first += step
     return chunks
+
+
+def parse_chunking_strategy(asked: Any) -> tuple[int, int]:
+    """OpenAI's ``chunking_strategy``: "auto" (our default) or "static" with token sizes."""
+    if asked is None or (isinstance(asked, dict) and asked.get("type") == "auto"):
+        return DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP
+    static = asked.get("static") if isinstance(asked, dict) else None
+    if asked.get("type") != "static" or not isinstance(static, dict):  # type: ignore[union-attr]
+        raise InvalidRequestError(
+            "chunking_strategy must be {'type': 'auto'} or {'type': 'static', 'static': "
+            "{'max_chunk_size_tokens': N, 'chunk_overlap_tokens': M}}.",
+            param="chunking_strategy",
+        )
+    max_tokens = static.get("max_chunk_size_tokens", DEFAULT_MAX_TOKENS)
+    overlap = static.get("chunk_overlap_tokens", DEFAULT_OVERLAP)
+    try:
+        if not isinstance(max_tokens, int) or not isinstance(overlap, int):
+            raise ValueError("token sizes must be integers")
+        check_sizes(max_tokens, overlap)
+    except ValueError as exc:
+        raise InvalidRequestError(
+            f"Invalid chunking_strategy: {exc}.", param="chunking_strategy"
+        ) from None
+    return max_tokens, overlap

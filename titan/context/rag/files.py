@@ -19,7 +19,10 @@ FILES = "files"
 CONTENTS = "file_contents"
 SEPARATOR = "\x1f"  # never in a tenant name nor in an id: tenant + id is one document id
 MAX_FILE_BYTES = 4 * 1024**2
-PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+# Batch input (JSONL requests) and the output Titan writes: far more lines than a document.
+MAX_BATCH_FILE_BYTES = 64 * 1024**2
+BATCH_PURPOSES = ("batch", "batch_output")
+PURPOSES = ("assistants", "batch", "batch_output", "fine-tune", "vision", "user_data", "evals")
 FILE_ID = re.compile(r"file-[0-9a-f]{24}")
 # Content types that are text whatever their charset claims; octet-stream is what clients send
 # when they do not know (the openai SDK for an unknown extension): decoding decides then.
@@ -39,13 +42,18 @@ class FileTooLargeError(TitanError):
     error_type = "invalid_request_error"
     default_code = "file_too_large"
 
-    def __init__(self, size: int | None = None):
+    def __init__(self, size: int | None = None, limit: int = MAX_FILE_BYTES):
         got = f" ({size:,} bytes)" if size is not None else ""
         super().__init__(
-            f"The file is too large{got}: files may hold at most {MAX_FILE_BYTES // 1024**2} MiB "
-            "of text. Split it into several files.",
+            f"The file is too large{got}: files may hold at most {limit // 1024**2} MiB "
+            f"of text ({MAX_BATCH_FILE_BYTES // 1024**2} MiB for purpose 'batch'). Split it "
+            "into several files.",
             param="file",
         )
+
+
+def max_bytes(purpose: str) -> int:
+    return MAX_BATCH_FILE_BYTES if purpose in BATCH_PURPOSES else MAX_FILE_BYTES
 
 
 def scoped_id(tenant: str, object_id: str) -> str:
@@ -117,8 +125,8 @@ class Files:
             raise InvalidRequestError(
                 f"Invalid purpose {purpose!r}: use one of {', '.join(PURPOSES)}.", param="purpose"
             )
-        if len(data) > MAX_FILE_BYTES:
-            raise FileTooLargeError(len(data))
+        if len(data) > max_bytes(purpose):
+            raise FileTooLargeError(len(data), max_bytes(purpose))
         text = decode_text(data, content_type)
         file = {
             "id": f"file-{uuid.uuid4().hex[:24]}",

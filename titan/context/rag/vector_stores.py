@@ -1,57 +1,42 @@
 """Vector stores (OpenAI's Vector Stores API): files cut into token chunks, embedded, searched.
 
-Chunks are documents (text, character span, float32 vector) so that a restart rebuilds the
-in-memory index from storage (``rebuild``) without running the model again. The index has one
-scope per vector store: a search never sees another store's chunks, and stores belong to one
-tenant, so neither does another tenant's search.
+A store is a document; each file in it is a link document (its status, usage, chunking) and its
+chunks are documents too (``ingestion``), so every replica sharing the storage serves the same
+stores, and each one's in-memory index follows them (``store_index``). Stores belong to one
+tenant: a search never sees another store's chunks, so never another tenant's.
 
-Files are embedded while the request waits (OpenAI does it in the background and reports
-"in_progress"): a 4 MiB file is about 1,500 chunks, tens of seconds on CPU, and every answer
-then says "completed" or "failed" for good. The index lives in this process; replicas sharing a
-storage see each other's files after a restart (``rebuild``).
+Adding a file embeds it in a background task and waits up to ``wait_s`` for it: a small file
+answers "completed" at once, a large one "in_progress", to be polled as at OpenAI (the SDK's
+``create_and_poll`` does), and a client that hangs up does not stop it. A store document changes
+by compare-and-set, so file counts stay exact when replicas change one store at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import struct
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from titan.cache.index import ScopedIndex
-from titan.context.rag.chunking import DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP, check_sizes, chunk_text
+from titan.context.rag.chunking import parse_chunking_strategy
 from titan.context.rag.files import Files, page, scoped_id
+from titan.context.rag.ingestion import TextEmbedder, drop_chunks, embed_file
+from titan.context.rag.ranking import ranking_options, rerank
+from titan.context.rag.store_index import StoreIndex, chunk_namespace, split_key
 from titan.errors import InvalidRequestError, NotFoundError
 from titan.storage.base import DocumentStore
 
 STORES = "vector_stores"
-LINKS = "vector_store_files"  # which files a store holds, and how their processing went
-CHUNKS = "vector_store_chunks"
-# Chunks per model call: large enough to batch well, small enough that other requests'
-# embeddings (the semantic cache shares the model's thread) wait at most a second or so.
-EMBED_BATCH = 64
+LINKS = "vector_store_files"  # one namespace per store: its files and how processing went
 MAX_RESULTS = 50  # OpenAI's bound on max_num_results
+DEFAULT_WAIT_S = 10.0
+# A file "in_progress" without a heartbeat for this long lost its replica: it is failed.
+STALE_S = 120.0
+_HIDDEN = ("tenant", "chunk_count", "heartbeat_at", "_version", "revision")
 
 
-class TextEmbedder(Protocol):
-    """What a vector store needs of ``titan.cache.embedder.Embedder`` (blocking calls, run in
-    a worker thread here)."""
-
-    def encode(self, texts: list[str]) -> Sequence[Sequence[float]]: ...
-
-    def token_offsets(self, text: str) -> list[tuple[int, int]]: ...
-
-
-def pack(vector: Sequence[float]) -> str:
-    # Little-endian float32 in base64: a quarter of a JSON list of floats, the same on any host.
-    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
-
-
-def unpack(packed: str) -> tuple[float, ...]:
-    raw = base64.b64decode(packed)
-    return struct.unpack(f"<{len(raw) // 4}f", raw)
+class _Removed(Exception):
+    """The file left the store (or the store went) while it was being embedded."""
 
 
 def _counts(**counts: int) -> dict[str, int]:
@@ -59,64 +44,41 @@ def _counts(**counts: int) -> dict[str, int]:
     return {**counts, "total": sum(counts.values())}
 
 
-def _strategy(asked: Any) -> tuple[int, int]:
-    """OpenAI's ``chunking_strategy``: "auto" (our default) or "static" with token sizes."""
-    if asked is None or (isinstance(asked, dict) and asked.get("type") == "auto"):
-        return DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP
-    static = asked.get("static") if isinstance(asked, dict) else None
-    if asked.get("type") != "static" or not isinstance(static, dict):  # type: ignore[union-attr]
-        raise InvalidRequestError(
-            "chunking_strategy must be {'type': 'auto'} or {'type': 'static', 'static': "
-            "{'max_chunk_size_tokens': N, 'chunk_overlap_tokens': M}}.",
-            param="chunking_strategy",
-        )
-    max_tokens = static.get("max_chunk_size_tokens", DEFAULT_MAX_TOKENS)
-    overlap = static.get("chunk_overlap_tokens", DEFAULT_OVERLAP)
-    try:
-        if not isinstance(max_tokens, int) or not isinstance(overlap, int):
-            raise ValueError("token sizes must be integers")
-        check_sizes(max_tokens, overlap)
-    except ValueError as exc:
-        raise InvalidRequestError(
-            f"Invalid chunking_strategy: {exc}.", param="chunking_strategy"
-        ) from None
-    return max_tokens, overlap
+def _version() -> str:
+    return uuid.uuid4().hex
+
+
+def _public(document: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in document.items() if k not in _HIDDEN}
+
+
+def _links(store_id: str) -> str:
+    return f"{LINKS}:{store_id}"
 
 
 class VectorStores:
     def __init__(
         self,
         documents: DocumentStore,
-        embedder: TextEmbedder,
+        embedder: Callable[[], Awaitable[TextEmbedder]],
         now: Callable[[], float],
         files: Files | None = None,
+        *,
+        wait_s: float = DEFAULT_WAIT_S,
     ):
         self.documents = documents
-        self.embedder = embedder
+        self.embedder = embedder  # loads the model on first use (seconds)
         self.now = now
         self.files = files or Files(documents, now)
-        self.index: ScopedIndex | None = None  # made with the first vector: it knows the size
-        # Store documents are read, changed and written back (file counts, usage): one change at
-        # a time in this process.
-        self._lock = asyncio.Lock()
+        self.index = StoreIndex(documents)
+        self.wait_s = wait_s
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    def _index_many(self, scope: str, keys: list[str], vectors: list[Sequence[float]]) -> None:
-        if not keys:
-            return
-        if self.index is None:
-            self.index = ScopedIndex(len(vectors[0]))
-        self.index.add_many(scope, keys, vectors)
-
-    async def rebuild(self) -> int:
-        """Index every stored chunk again (at start); returns how many."""
-        by_store: dict[str, tuple[list[str], list[Sequence[float]]]] = {}
-        for chunk_id, chunk in await self.documents.list(CHUNKS):
-            keys, vectors = by_store.setdefault(chunk["vector_store_id"], ([], []))
-            keys.append(chunk_id)
-            vectors.append(unpack(chunk["vector"]))
-        for store_id, (keys, vectors) in by_store.items():
-            self._index_many(store_id, keys, vectors)
-        return sum(len(keys) for keys, _ in by_store.values())
+    async def close(self) -> None:
+        """Stops files being embedded (they read as failed once stale)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # ---- stores ----------------------------------------------------------------------------
 
@@ -129,7 +91,7 @@ class VectorStores:
         metadata: dict[str, Any] | None = None,
         chunking_strategy: Any = None,
     ) -> dict[str, Any]:
-        _strategy(chunking_strategy)  # refuse a bad one before creating anything
+        parse_chunking_strategy(chunking_strategy)  # refuse a bad one before creating anything
         for file_id in file_ids:  # every file must exist before the store does
             await self.files.get(tenant, file_id)
         now = int(self.now())
@@ -146,68 +108,89 @@ class VectorStores:
             "expires_after": None,
             "expires_at": None,
         }
-        await self.documents.put(
-            STORES, scoped_id(tenant, store["id"]), {**store, "tenant": tenant}
-        )
-        for file_id in file_ids:
-            await self.add_file(tenant, store["id"], file_id, chunking_strategy=chunking_strategy)
+        stored = {**store, "tenant": tenant, "revision": 0, "_version": _version()}
+        await self.documents.put(STORES, scoped_id(tenant, store["id"]), stored)
+        started = [
+            task
+            for file_id in file_ids
+            if (task := await self._start(tenant, store["id"], file_id, chunking_strategy))
+        ]
+        if started:
+            await asyncio.wait(started, timeout=self.wait_s)
         return await self.get(tenant, store["id"])
 
-    async def get(self, tenant: str, store_id: str) -> dict[str, Any]:
+    async def _stored(self, tenant: str, store_id: str) -> dict[str, Any]:
         stored = await self.documents.get(STORES, scoped_id(tenant, store_id))
         if stored is None:
             raise NotFoundError(f"No such vector store: '{store_id}'.", param="vector_store_id")
-        stored.pop("tenant", None)
         return stored
+
+    async def get(self, tenant: str, store_id: str) -> dict[str, Any]:
+        return _public(await self._stored(tenant, store_id))
 
     async def list(
         self, tenant: str, *, limit: int = 20, order: str = "desc", after: str | None = None
     ) -> dict[str, Any]:
         stores = [
-            stored
+            _public(stored)
             for _, stored in await self.documents.list(STORES)
-            if stored.pop("tenant", None) == tenant
+            if stored.get("tenant") == tenant
         ]
         return page(stores, limit=limit, order=order, after=after)
 
     async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
         await self.get(tenant, store_id)
-        for link in await self._links(tenant, store_id):
-            await self._drop_chunks(store_id, link["id"], link.get("chunk_count", 0))
-            await self.documents.delete(LINKS, scoped_id(tenant, f"{store_id}/{link['id']}"))
+        for file_id, _ in await self.documents.list(_links(store_id)):
+            await self.documents.delete(_links(store_id), file_id)
+            await drop_chunks(self.documents, store_id, file_id)
         await self.documents.delete(STORES, scoped_id(tenant, store_id))
+        self.index.forget(store_id)
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     async def _update(self, tenant: str, store_id: str, usage: int, **counts: int) -> None:
-        async with self._lock:
+        """Adds to the store's file counts and usage and bumps its revision, by compare-and-set
+        (another replica may change the same store)."""
+        while True:
             stored = await self.documents.get(STORES, scoped_id(tenant, store_id))
             if stored is None:  # deleted meanwhile
                 return
+            expected = stored["_version"]
             for name, delta in counts.items():
                 stored["file_counts"][name] += delta
                 stored["file_counts"]["total"] += delta
             stored["usage_bytes"] += usage
             stored["last_active_at"] = int(self.now())
-            await self.documents.put(STORES, scoped_id(tenant, store_id), stored)
+            busy = stored["file_counts"]["in_progress"]
+            stored["status"] = "in_progress" if busy else "completed"
+            stored["revision"] += 1
+            stored["_version"] = _version()
+            key = scoped_id(tenant, store_id)
+            if await self.documents.put_if(STORES, key, stored, expected=expected):
+                return
 
     # ---- files in a store ------------------------------------------------------------------
-
-    async def _links(self, tenant: str, store_id: str) -> list[dict[str, Any]]:
-        return [
-            link
-            for _, link in await self.documents.list(LINKS)
-            if link.get("tenant") == tenant and link["vector_store_id"] == store_id
-        ]
 
     async def add_file(
         self, tenant: str, store_id: str, file_id: str, *, chunking_strategy: Any = None
     ) -> dict[str, Any]:
-        max_tokens, overlap = _strategy(chunking_strategy)
+        task = await self._start(tenant, store_id, file_id, chunking_strategy)
+        if task is not None:  # waiting does not cancel it: a client gone mid-file loses nothing
+            await asyncio.wait({task}, timeout=self.wait_s)
+        return await self.get_file(tenant, store_id, file_id)
+
+    async def _start(
+        self, tenant: str, store_id: str, file_id: str, chunking_strategy: Any
+    ) -> asyncio.Task[None] | None:
+        """Links the file to the store and starts embedding it; None when it was already there
+        (adding a file twice is a no-op, as at OpenAI; a failed file is tried again)."""
+        max_tokens, overlap = parse_chunking_strategy(chunking_strategy)
         await self.get(tenant, store_id)
-        link_id = scoped_id(tenant, f"{store_id}/{file_id}")
-        existing = await self.documents.get(LINKS, link_id)
-        if existing is not None:  # adding a file twice is a no-op, as at OpenAI
-            return _public(existing)
+        linked = await self.documents.get(_links(store_id), file_id)
+        existing = await self._settled(store_id, linked)
+        if existing is not None and existing["status"] != "failed":
+            return None
+        if existing is not None:
+            await self.remove_file(tenant, store_id, file_id)
         file = await self.files.get(tenant, file_id)
         text = await self.files.content(tenant, file_id)
         link: dict[str, Any] = {
@@ -216,7 +199,7 @@ class VectorStores:
             "usage_bytes": 0,
             "created_at": int(self.now()),
             "vector_store_id": store_id,
-            "status": "completed",
+            "status": "in_progress",
             "last_error": None,
             "attributes": {},
             "chunking_strategy": {
@@ -225,58 +208,71 @@ class VectorStores:
             },
             "tenant": tenant,
             "chunk_count": 0,
+            "heartbeat_at": self.now(),
+            "_version": _version(),
         }
-        try:
-            count, usage = await self._embed_file(
-                store_id, file_id, file["filename"], text, max_tokens, overlap
-            )
-            link.update(chunk_count=count, usage_bytes=usage)
-        except Exception as exc:  # the store says which file failed; the request does not
-            link.update(
-                status="failed", last_error={"code": "server_error", "message": str(exc)[:500]}
-            )
-        await self.documents.put(LINKS, link_id, link)
-        await self._update(tenant, store_id, link["usage_bytes"], **{link["status"]: 1})
-        return _public(link)
+        if not await self.documents.put_if(_links(store_id), file_id, link, expected=None):
+            return None  # a concurrent request linked it first
+        await self._update(tenant, store_id, 0, in_progress=1)
+        task = asyncio.create_task(self._ingest(tenant, link, file["filename"], text))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
-    async def _embed_file(
-        self, store_id: str, file_id: str, filename: str, text: str, max_tokens: int, overlap: int
-    ) -> tuple[int, int]:
-        offsets = await asyncio.to_thread(self.embedder.token_offsets, text)
-        chunks = chunk_text(text, offsets, max_tokens=max_tokens, overlap=overlap)
-        usage = 0
-        try:
-            for start in range(0, len(chunks), EMBED_BATCH):
-                batch = chunks[start : start + EMBED_BATCH]
-                vectors = await asyncio.to_thread(self.embedder.encode, [c.text for c in batch])
-                keys = [_chunk_id(store_id, file_id, chunk.index) for chunk in batch]
-                for key, chunk, vector in zip(keys, batch, vectors, strict=True):
-                    usage += len(chunk.text.encode()) + 4 * len(vector)
-                    await self.documents.put(
-                        CHUNKS,
-                        key,
-                        {
-                            "vector_store_id": store_id,
-                            "file_id": file_id,
-                            "filename": filename,
-                            "text": chunk.text,
-                            "start": chunk.start,
-                            "end": chunk.end,
-                            "vector": pack(vector),
-                        },
-                    )
-                self._index_many(store_id, keys, list(vectors))
-        except BaseException:  # no half-indexed file: its chunks go with the failure
-            await self._drop_chunks(store_id, file_id, len(chunks))
-            raise
-        return len(chunks), usage
+    async def _ingest(self, tenant: str, link: dict[str, Any], filename: str, text: str) -> None:
+        store_id, file_id = link["vector_store_id"], link["id"]
+        static = link["chunking_strategy"]["static"]
+        current = link
 
-    async def _drop_chunks(self, store_id: str, file_id: str, count: int) -> None:
-        for index in range(count):
-            key = _chunk_id(store_id, file_id, index)
-            if self.index is not None:
-                self.index.remove(store_id, key)
-            await self.documents.delete(CHUNKS, key)
+        async def heartbeat() -> None:
+            nonlocal current
+            beat = {**current, "heartbeat_at": self.now(), "_version": _version()}
+            written = await self.documents.put_if(
+                _links(store_id), file_id, beat, expected=current["_version"]
+            )
+            if not written:
+                raise _Removed
+            current = beat
+
+        try:
+            count, usage = await embed_file(
+                self.documents, await self.embedder(), store_id, file_id, filename, text,
+                max_tokens=static["max_chunk_size_tokens"],
+                overlap=static["chunk_overlap_tokens"], heartbeat=heartbeat,
+            )  # fmt: skip
+            done = {**current, "status": "completed", "chunk_count": count, "usage_bytes": usage}
+        except _Removed:
+            return
+        except Exception as exc:  # the store says which file failed and why
+            error = {"code": "server_error", "message": str(exc)[:500] or type(exc).__name__}
+            done = {**current, "status": "failed", "last_error": error}
+        done["_version"] = _version()
+        if not await self.documents.put_if(
+            _links(store_id), file_id, done, expected=current["_version"]
+        ):  # removed after its last batch
+            await drop_chunks(self.documents, store_id, file_id)
+            return
+        counts = {"in_progress": -1, done["status"]: 1}
+        await self._update(tenant, store_id, done["usage_bytes"], **counts)
+
+    async def _settled(self, store_id: str, link: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The link, marked failed when the replica embedding it stopped beating."""
+        stale = link is not None and link["status"] == "in_progress"
+        if not stale or self.now() - link["heartbeat_at"] < STALE_S:  # type: ignore[index]
+            return link
+        error = {"code": "server_error", "message": "Processing stopped (the server embedding "
+                 "this file went away); add the file to the store again."}  # fmt: skip
+        failed = {**link, "status": "failed", "last_error": error, "_version": _version()}
+        if await self.documents.put_if(
+            _links(store_id),
+            link["id"],
+            failed,
+            expected=link["_version"],  # type: ignore[index]
+        ):
+            await drop_chunks(self.documents, store_id, link["id"])  # type: ignore[index]
+            await self._update(failed["tenant"], store_id, 0, in_progress=-1, failed=1)
+            return failed
+        return await self.documents.get(_links(store_id), link["id"])  # type: ignore[index]
 
     async def list_files(
         self,
@@ -289,11 +285,11 @@ class VectorStores:
         after: str | None = None,
     ) -> dict[str, Any]:
         await self.get(tenant, store_id)
-        links = [
-            _public(link)
-            for link in await self._links(tenant, store_id)
-            if status in (None, link["status"])
-        ]
+        links = []
+        for _, link in await self.documents.list(_links(store_id)):
+            settled = await self._settled(store_id, link)
+            if settled is not None and status in (None, settled["status"]):
+                links.append(_public(settled))
         return page(links, limit=limit, order=order, after=after)
 
     async def get_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
@@ -301,7 +297,7 @@ class VectorStores:
 
     async def _link(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
         await self.get(tenant, store_id)
-        link = await self.documents.get(LINKS, scoped_id(tenant, f"{store_id}/{file_id}"))
+        link = await self._settled(store_id, await self.documents.get(_links(store_id), file_id))
         if link is None:
             raise NotFoundError(
                 f"No file '{file_id}' in vector store '{store_id}'.", param="file_id"
@@ -309,19 +305,37 @@ class VectorStores:
         return link
 
     async def remove_file(self, tenant: str, store_id: str, file_id: str) -> dict[str, Any]:
-        """Takes the file out of the store (its chunks too); the file itself stays."""
+        """Takes the file out of the store (its chunks too; one being embedded stops); the file
+        itself stays."""
         link = await self._link(tenant, store_id, file_id)
-        await self._drop_chunks(store_id, file_id, link.get("chunk_count", 0))
-        await self.documents.delete(LINKS, scoped_id(tenant, f"{store_id}/{file_id}"))
-        await self._update(tenant, store_id, -link["usage_bytes"], **{link["status"]: -1})
+        if await self.documents.delete(_links(store_id), file_id):
+            await drop_chunks(self.documents, store_id, file_id)
+            await self._update(tenant, store_id, -link["usage_bytes"], **{link["status"]: -1})
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
+
+    async def forget_file(self, tenant: str, file_id: str) -> None:
+        """A deleted file leaves every store of its tenant that holds it."""
+        for _, stored in await self.documents.list(STORES):
+            if stored.get("tenant") != tenant:
+                continue
+            if await self.documents.get(_links(stored["id"]), file_id) is not None:
+                await self.remove_file(tenant, stored["id"], file_id)
+
+    async def _completed(self, store_id: str) -> set[str]:
+        links = await self.documents.list(_links(store_id))
+        return {file_id for file_id, link in links if link["status"] == "completed"}
 
     # ---- search ----------------------------------------------------------------------------
 
     async def search(
-        self, tenant: str, store_id: str, query: Any, max_num_results: Any = 10
+        self,
+        tenant: str,
+        store_id: str,
+        query: Any,
+        max_num_results: Any = 10,
+        ranking: Any = None,
     ) -> dict[str, Any]:
-        await self.get(tenant, store_id)
+        stored = await self._stored(tenant, store_id)
         if isinstance(query, list) and query and all(isinstance(q, str) for q in query):
             query = "\n".join(query)  # OpenAI takes several queries; one embedding for all
         if not isinstance(query, str) or not query.strip():
@@ -332,22 +346,33 @@ class VectorStores:
                 f"'max_num_results' must be an integer between 1 and {MAX_RESULTS}.",
                 param="max_num_results",
             )
+        options = ranking_options(ranking)
+        await self.index.follow(store_id, stored["revision"], lambda: self._completed(store_id))
         results = []
-        if self.index is not None:
-            (vector,) = await asyncio.to_thread(self.embedder.encode, [query])
-            for chunk_id, score in self.index.search(store_id, vector, max_num_results):
-                chunk = await self.documents.get(CHUNKS, chunk_id)
-                if chunk is None:  # removed since the index was read
-                    continue
-                results.append(
-                    {
-                        "file_id": chunk["file_id"],
+        if self.index.holds(store_id):
+            embedder = await self.embedder()
+            (vector,) = await asyncio.to_thread(embedder.encode, [query])
+            hits = []
+            wanted = options.candidates(max_num_results)
+            for key, cosine in self.index.search(store_id, vector, wanted):
+                file_id, chunk_id = split_key(key)
+                chunk = await self.documents.get(chunk_namespace(store_id, file_id), chunk_id)
+                if chunk is not None:  # else removed since the index was read
+                    hits.append((file_id, chunk, cosine))
+            texts = [chunk["text"] for _, chunk, _ in hits]
+            cosines = [cosine for _, _, cosine in hits]
+            scores = rerank(query, texts, cosines) if options.rerank else cosines
+            ranked = sorted(zip(scores, hits, strict=True), key=lambda pair: -pair[0])
+            for score, (file_id, chunk, _) in ranked[:max_num_results]:
+                score = max(0.0, min(1.0, score))
+                if score >= options.score_threshold:
+                    results.append({
+                        "file_id": file_id,
                         "filename": chunk["filename"],
-                        "score": max(0.0, min(1.0, score)),
+                        "score": score,
                         "attributes": {},
                         "content": [{"type": "text", "text": chunk["text"]}],
-                    }
-                )
+                    })  # fmt: skip
         return {
             "object": "vector_store.search_results.page",
             "search_query": [query],
@@ -355,11 +380,3 @@ class VectorStores:
             "has_more": False,
             "next_page": None,
         }
-
-
-def _chunk_id(store_id: str, file_id: str, index: int) -> str:
-    return f"{store_id}/{file_id}/{index:06d}"
-
-
-def _public(link: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in link.items() if k not in ("tenant", "chunk_count")}

@@ -1,0 +1,207 @@
+"""Async jobs over the pipeline: ``/v1/jobs`` submissions land in the storage's durable queue,
+and workers (in ``titan serve``, or ``titan worker`` processes) run them through the same
+pipeline as interactive requests — the submitter's key, limits, cache and routing — at the
+batch priority class, routed to batch deployments where there are any."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from titan.context.rag.files import Files
+from titan.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
+from titan.jobs.batches import Batches
+from titan.jobs.models import ENDPOINTS, MAX_PRIORITY, Owner, job_from_request, public_job
+from titan.jobs.worker import JobWorker, RetryPolicy
+from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
+from titan.service.pipeline import Pipeline
+from titan.storage.base import JOB_STATES, Job, JobQueue
+
+logger = logging.getLogger(__name__)
+
+PURGE_INTERVAL_S = 60.0
+MAX_PAGE = 1000
+# Pipeline endpoints and the request model each validates with.
+_PARSERS = {"chat": ChatCompletionRequest, "completions": CompletionRequest}
+
+
+def worker_name() -> str:
+    """Unique per process and start: a restarted worker never mistakes old leases for its own."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class JobsService:
+    def __init__(self, pipeline: Pipeline):
+        self.pipeline = pipeline
+        self.config = pipeline.config.jobs
+        self.worker: JobWorker | None = None
+        self._purging: asyncio.Task[None] | None = None
+        self._batches: Batches | None = None
+
+    @classmethod
+    def of(cls, pipeline: Pipeline) -> JobsService:
+        """The pipeline's one service: it owns the in-process worker."""
+        if pipeline.jobs is None:
+            pipeline.jobs = cls(pipeline)
+        return pipeline.jobs  # type: ignore[no-any-return]
+
+    @property
+    def queue(self) -> JobQueue:
+        storage = self.pipeline.storage
+        if storage is None or storage.jobs is None or self.pipeline.gate is None:
+            raise ServiceUnavailableError("Titan is still starting; retry shortly.")
+        return storage.jobs
+
+    @property
+    def batches(self) -> Batches:
+        """The Batch API over the same queue (finalized by whichever worker ends a batch)."""
+        if self._batches is None:
+            documents = self.pipeline.storage.documents  # type: ignore[union-attr]
+            self._batches = Batches(
+                documents, Files(documents, time.time), self.queue, self.check_request,
+                max_attempts=self.config.max_attempts, result_ttl_s=self.config.result_ttl_s,
+            )  # fmt: skip
+        return self._batches
+
+    async def owner(self, api_key: str | None) -> Owner:
+        tenant, key_id = await self.pipeline.gate.identify(api_key)  # type: ignore[union-attr]
+        return Owner(tenant, key_id)
+
+    # ---- the API ---------------------------------------------------------------------------
+
+    async def submit(self, data: Mapping[str, Any], api_key: str | None) -> tuple[dict, bool]:
+        """(the job, whether it is new): an idempotency key already used returns its job."""
+        queue = self.queue
+        job = job_from_request(
+            data, await self.owner(api_key), max_attempts=self.config.max_attempts,
+            result_ttl_s=self.config.result_ttl_s,
+        )  # fmt: skip
+        self.check_request(job.payload["endpoint"], job.payload["body"])
+        (stored,) = await queue.submit([job])
+        if self.worker is not None:
+            self.worker.wake()
+        return public_job(stored), stored.id == job.id
+
+    def check_request(self, endpoint: str, body: Mapping[str, Any], param: str = "body") -> None:
+        """Refuses now (400) a body the endpoint would refuse when the job runs."""
+        from pydantic import ValidationError
+
+        try:
+            _PARSERS[ENDPOINTS[endpoint]].model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in (param, *first["loc"]))
+            raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
+
+    async def get(self, job_id: str, api_key: str | None) -> dict[str, Any]:
+        queue = self.queue
+        job = await queue.get((await self.owner(api_key)).tenant, job_id)
+        if job is None:
+            raise NotFoundError(f"No such job: '{job_id}'.", param="job_id")
+        return public_job(job)
+
+    async def list(
+        self,
+        api_key: str | None,
+        *,
+        status: str | None = None,
+        batch_id: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+    ) -> dict[str, Any]:
+        if status is not None and status not in JOB_STATES:
+            raise InvalidRequestError(
+                f"Invalid 'status' {status!r}: use one of {', '.join(JOB_STATES)}.", param="status"
+            )
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequestError(f"'limit' must be between 1 and {MAX_PAGE}.", param="limit")
+        tenant = (await self.owner(api_key)).tenant
+        jobs = await self.queue.list(tenant, state=status, batch_id=batch_id, limit=limit + 1,
+                                     after=after)  # fmt: skip
+        data = [public_job(job) for job in jobs[:limit]]
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(jobs) > limit,
+        }
+
+    async def cancel(self, job_id: str, api_key: str | None) -> dict[str, Any]:
+        """A queued job is cancelled at once; a running one stops at once on this replica, or
+        at its worker's next lease renewal (within a second) elsewhere."""
+        tenant = (await self.owner(api_key)).tenant
+        job = await self.queue.cancel(tenant, job_id, now=time.time())
+        if job is None:
+            raise NotFoundError(f"No such job: '{job_id}'.", param="job_id")
+        if job.is_cancel_requested and self.worker is not None:
+            self.worker.cancel_local(job_id)
+        return public_job(job)
+
+    # ---- running them ----------------------------------------------------------------------
+
+    async def execute(self, job: Job) -> dict[str, Any]:
+        """One attempt at the job: its request through the pipeline, as its key, at the batch
+        priority class. Raises the pipeline's errors (the worker decides on retries)."""
+        payload = job.payload
+        endpoint = ENDPOINTS[payload["endpoint"]]
+        body = dict(payload["body"])
+        request = ClientRequest(
+            endpoint=endpoint,  # type: ignore[arg-type]
+            parsed=_PARSERS[endpoint].model_validate(body),
+            body=body,
+            request_id=f"{job.id}-{job.attempts}",
+            headers={"x-titan-priority": "batch"},
+            key_id=payload.get("key_id"),
+        )
+        routed = await self.pipeline.complete(request)
+        return orjson.loads(answer_bytes(routed.value))  # type: ignore[no-any-return]
+
+    def start_worker(self, *, concurrency: int | None = None) -> JobWorker:
+        config = self.config
+        self.worker = JobWorker(
+            self.queue, self.execute, name=worker_name(),
+            concurrency=concurrency or config.workers, lease_s=config.lease_s,
+            poll_s=config.poll_s, retry=RetryPolicy(config.backoff_base_s, config.backoff_max_s),
+            may_start=self._may_start, on_finished=self._finished,
+        )  # fmt: skip
+        self.worker.start()
+        self._purging = asyncio.create_task(self._purge_loop())
+        return self.worker
+
+    async def stop(self) -> None:
+        if self._purging is not None:
+            self._purging.cancel()
+            await asyncio.gather(self._purging, return_exceptions=True)
+        if self.worker is not None:
+            await self.worker.stop()
+
+    def _may_start(self) -> bool:
+        """Jobs wait while interactive or normal requests queue for a model."""
+        gate = self.pipeline.gate
+        if not self.config.yield_to_interactive or gate is None:
+            return True
+        return not any(q.num_waiting_before("batch") for q in gate.queues.values())
+
+    async def _finished(self, job: Job) -> None:
+        if job.batch_id is not None:
+            await self.batches.job_finished(job)
+
+    async def _purge_loop(self) -> None:
+        while True:
+            try:
+                await self.queue.purge(time.time())
+            except Exception:
+                logger.exception("purging expired jobs failed")
+            await asyncio.sleep(PURGE_INTERVAL_S)
+
+
+__all__ = ["MAX_PRIORITY", "JobsService"]
