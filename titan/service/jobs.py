@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from titan.context.rag.files import Files
 from titan.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from titan.jobs.batches import Batches
-from titan.jobs.models import ENDPOINTS, MAX_PRIORITY, Owner, job_from_request, public_job
+from titan.jobs.models import ENDPOINTS, Owner, job_from_request, public_job
 from titan.jobs.worker import JobWorker, RetryPolicy
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
 from titan.service.pipeline import Pipeline
@@ -92,8 +93,6 @@ class JobsService:
 
     def check_request(self, endpoint: str, body: Mapping[str, Any], param: str = "body") -> None:
         """Refuses now (400) a body the endpoint would refuse when the job runs."""
-        from pydantic import ValidationError
-
         try:
             _PARSERS[ENDPOINTS[endpoint]].model_validate(body)
         except ValidationError as exc:
@@ -202,6 +201,3 @@ class JobsService:
             except Exception:
                 logger.exception("purging expired jobs failed")
             await asyncio.sleep(PURGE_INTERVAL_S)
-
-
-__all__ = ["MAX_PRIORITY", "JobsService"]
