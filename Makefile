@@ -24,7 +24,14 @@ $(STAMP): pyproject.toml
 serve: install
 	$(BIN)/titan serve --host $(HOST) --port $(PORT)
 
-test: install
+# The dashboard's browser test drives Debian's Chromium (never a browser download); installed once,
+# as root (CI runs as root), skipped when it is already there.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation
+
+test: install $(CHROMIUM)
 	$(BIN)/ruff check titan tests
 	$(BIN)/python -m pytest
 

@@ -27,6 +27,9 @@ ROUTING_HEADERS = (
     "x-titan-deadline",
     "x-titan-priority",
     "x-titan-cache",
+    "x-titan-timings",
+    "traceparent",  # W3C trace context: Titan's spans join the caller's trace
+    "tracestate",
 )
 
 

@@ -325,3 +325,64 @@ def jobs(
         print_console,
         (TitanError, ServiceError, RuntimeError, OSError),
     )
+
+
+@bench_app.command("observability")
+def observability(
+    output: Annotated[
+        Path,
+        typer.Option(help="Markdown file; the observability section is replaced, others kept."),
+    ] = Path("bench/RESULTS.md"),
+    duration: Annotated[
+        float | None,
+        typer.Option(min=1, help="Seconds per measured cell (default: 10, 2 with --quick)."),
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(min=1, help="Runs of each configuration, alternated (default: 2, 1 quick)."),
+    ] = None,
+    wrk: Annotated[
+        str, typer.Option(help="The wrk load generator; where it is missing, the Python client.")
+    ] = "wrk",
+    python_load: Annotated[
+        bool,
+        typer.Option("--python-load", help="The pure-Python client even where wrk is installed."),
+    ] = False,
+    sample_ratio: Annotated[
+        float,
+        typer.Option(min=0, max=1, help="Share of requests traced when on (1: every one)."),
+    ] = 0.1,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="One 2 s round of each, 8 connections (a smoke run)."),
+    ] = False,
+) -> None:
+    """Metrics, request logs and tracing on vs off: what they cost Titan's throughput
+    (non-streaming and streaming, in front of a 20 ms simulated upstream)."""
+    import shutil
+
+    from rich.console import Console
+
+    from titan.bench.observability_bench import ObservabilitySettings, bench_observability
+    from titan.bench.observability_report import print_console
+    from titan.bench.processes import ServiceError
+
+    wrk_path = None if python_load else shutil.which(wrk)
+    overrides: dict = {"wrk": wrk_path, "sample_ratio": sample_ratio}
+    if duration is not None:
+        overrides["duration_s"] = duration
+    if rounds is not None:
+        overrides["rounds"] = rounds
+    settings = (
+        ObservabilitySettings.quick(**overrides) if quick else ObservabilitySettings(**overrides)
+    )
+    console = Console(log_path=False)
+    if wrk_path is None and not python_load:
+        console.print(f"{wrk!r} not found: the pure-Python client makes the load.")
+    run_bench(
+        "observability",
+        lambda progress: bench_observability(settings, output=output, progress=progress),
+        print_console,
+        (ServiceError, RuntimeError, OSError),
+        console,
+    )

@@ -177,6 +177,8 @@ def run_server(config: TitanConfig) -> int:
             http="httptools" if importlib.util.find_spec("httptools") else "h11",
             workers=1,
             lifespan="on",
+            # Titan's own request line (titan.requests) says more than uvicorn's access line.
+            access_log=not config.observability.log_requests,
             log_config=None,  # configure_logging already set up JSON logs for uvicorn too
             log_level=config.server.log_level,
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,

@@ -25,6 +25,7 @@ from titan.config.admission import (
 )
 from titan.config.cache import CacheConfig
 from titan.config.jobs import JobsConfig
+from titan.config.observability import ObservabilityConfig, SloConfig
 from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -182,6 +183,7 @@ class ModelConfig(Settings):
     price: Price | None = None
     degradation: DegradationConfig | None = None
     cache: CacheConfig | None = None  # None: the global cache settings
+    slo: SloConfig | None = None  # None: observability.slo
 
     @field_validator("deployments")
     @classmethod
@@ -219,6 +221,7 @@ class TitanConfig(Settings):
     cache: CacheConfig = CacheConfig()
     context: ContextConfig = ContextConfig()
     jobs: JobsConfig = JobsConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:

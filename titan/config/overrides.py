@@ -19,6 +19,7 @@ ENV_PREFIX = "TITAN_"
 # The sections whose scalar settings environment variables may override.
 ENV_SECTIONS = (
     "server", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission", "jobs",
+    "observability",
 )  # fmt: skip
 # Top-level settings that a variable of their own name overrides: TITAN_STORAGE=redis://...
 ENV_TOP_LEVEL = ("storage",)

@@ -7,11 +7,34 @@ are bounded: models come from the config (or the upstream's list), tenants from 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+import bisect
+import collections
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from titan.observability.records import RequestRecord
 
 OTHER_TENANT = "other"
+# vLLM's buckets, so that dashboards and alerts written for vLLM read the same histograms.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+# vLLM's end-to-end buckets start at 0.3 s; a gateway also answers from its cache and refuses in
+# milliseconds, so finer ones come first (quantile queries written for vLLM work the same).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0,
+                   10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
+                   7680.0)  # fmt: skip
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                 60.0)  # fmt: skip
+# prometheus-client's multi-process mode: each process writes its values here, /metrics sums.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class TitanMetrics:
@@ -19,6 +42,7 @@ class TitanMetrics:
 
     def __init__(self, known_tenants: frozenset[str] = frozenset()):
         self.registry = CollectorRegistry(auto_describe=True)
+        self._live: list[Any] = []  # collectors of live state (engines, breakers, jobs)
         self.known_tenants = known_tenants
         # labels() costs microseconds on every call; the label sets are few and bounded.
         self._children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
@@ -73,18 +97,125 @@ class TitanMetrics:
             "titan_cost_usd", "Cost of the served tokens (config prices).", ["model", "tenant"],
             registry=r,
         )  # fmt: skip
+        # ---- per request (vLLM's names, vllm: -> titan_) ------------------------------------
+        self.requests = Counter(
+            "titan_requests", "Requests finished, by model and HTTP status.", ["model", "status"],
+            registry=r,
+        )  # fmt: skip
+        self.request_success = Counter(
+            "titan_request_success", "Requests answered (status 200).", ["model"], registry=r
+        )
+        self.e2e_latency = Histogram(
+            "titan_e2e_request_latency_seconds", "End-to-end request latency.", ["model"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "titan_time_to_first_token_seconds",
+            "Time to the first token (to the whole answer when not streamed).",
+            ["model"], buckets=TTFT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.inter_token_latency = Histogram(
+            "titan_inter_token_latency_seconds", "Gaps between streamed tokens.", ["model"],
+            buckets=ITL_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.queue_time = Histogram(
+            "titan_request_queue_time_seconds", "Time waiting for an admission slot.", ["model"],
+            buckets=QUEUE_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.retries = Counter(
+            "titan_retries", "Attempts after the first, across deployments.", ["model"],
+            registry=r,
+        )  # fmt: skip
+        self.goodput = Counter(
+            "titan_goodput_requests",
+            "Requests answered within their SLO (time to first token, end to end, token gaps).",
+            ["model", "tenant"], registry=r,
+        )  # fmt: skip
+        self.jobs = Gauge(
+            "titan_jobs", "Jobs in the queue by state.", ["state"], registry=r,
+            multiprocess_mode="mostrecent",
+        )  # fmt: skip
 
     def inc(self, metric: Counter, *labels: str, amount: float = 1.0) -> None:
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        child.inc(amount)  # type: ignore[attr-defined]
+        self._child(metric, *labels).inc(amount)  # type: ignore[attr-defined]
 
     def tenant_label(self, tenant: str | None) -> str:
         if tenant is None:
             return "none"
         return tenant if tenant in self.known_tenants else OTHER_TENANT
 
+    def observe(self, record: RequestRecord, slo: Any) -> None:
+        """One finished request: counts, latencies, and goodput against ``slo`` (ttft_s, e2e_s,
+        inter_token_s; None: not judged)."""
+        model = record.model or "unknown"
+        self.inc(self.requests, model, str(record.status))
+        if record.status != 200:
+            return
+        self.inc(self.request_success, model)
+        self._child(self.e2e_latency, model).observe(record.total_s or 0.0)  # type: ignore[attr-defined]
+        if record.ttft_s is not None:
+            self._child(self.ttft, model).observe(record.ttft_s)  # type: ignore[attr-defined]
+        if record.queue_s is not None:
+            self._child(self.queue_time, model).observe(record.queue_s)  # type: ignore[attr-defined]
+        if record.inter_token_s:
+            observe_many(self._child(self.inter_token_latency, model), record.inter_token_s)
+        if record.num_attempts > 1:
+            self.inc(self.retries, model, amount=record.num_attempts - 1)
+        if meets_slo(record, slo):
+            self.inc(self.goodput, model, self.tenant_label(record.tenant))
+
+    def _child(self, metric: MetricWrapperBase, *labels: str) -> MetricWrapperBase:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def watch(self, collector: Any) -> None:
+        """A collector of live state, read at each scrape (``collect()`` yields metric
+        families)."""
+        self.registry.register(collector)
+        self._live.append(collector)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition text. Under several worker processes (``PROMETHEUS_MULTIPROC_DIR``
+        set), the counters and histograms of all of them, summed, plus this one's live state."""
+        path = os.environ.get(MULTIPROC_ENV)
+        if not path:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=path)
+        for collector in self._live:
+            merged.register(collector)
+        return generate_latest(merged)
+
+
+def observe_many(histogram: Any, values: list[float]) -> None:
+    """``observe`` of each value, with one increment per bucket: a stream's token gaps are
+    counted once it ends, and per-value observes cost a lock and a bucket scan each. Uses the
+    client's bucket list when it has one (it has had since 0.4), else observes one by one."""
+    buckets = getattr(histogram, "_buckets", None)
+    bounds = getattr(histogram, "_upper_bounds", None)
+    if buckets is None or bounds is None:
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = collections.Counter(bisect.bisect_left(bounds, value) for value in values)
+    for index, count in counts.items():
+        buckets[index].inc(count)
+    histogram._sum.inc(sum(values))
+
+
+def meets_slo(record: RequestRecord, slo: Any) -> bool:
+    if record.status != 200 or slo is None:
+        return record.status == 200
+    checks: Iterable[tuple[float | None, float | None]] = (
+        (record.ttft_s, slo.ttft_s),
+        (record.total_s, slo.e2e_s),
+        (_mean(record.inter_token_s), slo.inter_token_s),
+    )
+    return all(limit is None or value is None or value <= limit for value, limit in checks)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

@@ -25,6 +25,7 @@ from titan.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from titan.observability.tracing import Tracer
 from titan.protocol import Answer, ClientRequest
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RequestTraits, RoutedModel
@@ -69,7 +70,9 @@ class AttemptRunner:
         now: Clock = time.monotonic,
         rng: random.Random | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tracer: Tracer | None = None,
     ):
+        self.tracer = tracer or Tracer()
         self.registry = registry
         self.retry = retry
         self.hedge = hedge
@@ -260,8 +263,10 @@ class AttemptRunner:
         if attempts.deadline is not None:
             limit = min(limit, max(0.0, attempts.deadline - started))
         try:
-            async with asyncio.timeout(limit):
-                value = await attempt(deployment)
+            with self.tracer.span("titan.attempt", model=model.name, deployment=deployment.name,
+                                  attempt=attempts.count):  # fmt: skip
+                async with asyncio.timeout(limit):
+                    value = await attempt(deployment)
         except TimeoutError:
             deployment.on_failure()
             deployment.on_end()

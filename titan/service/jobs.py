@@ -29,6 +29,7 @@ from titan.storage.base import JOB_STATES, Job, JobQueue
 logger = logging.getLogger(__name__)
 
 PURGE_INTERVAL_S = 60.0
+GAUGE_INTERVAL_S = 5.0
 MAX_PAGE = 1000
 # Pipeline endpoints and the request model each validates with.
 _PARSERS = {"chat": ChatCompletionRequest, "completions": CompletionRequest}
@@ -195,9 +196,16 @@ class JobsService:
             await self.batches.job_finished(job)
 
     async def _purge_loop(self) -> None:
+        """Drops expired jobs now and then, and keeps the jobs-by-state gauge current."""
+        next_purge = 0.0
         while True:
             try:
-                await self.queue.purge(time.time())
+                if time.monotonic() >= next_purge:
+                    await self.queue.purge(time.time())
+                    next_purge = time.monotonic() + PURGE_INTERVAL_S
+                counts = await self.queue.counts()
+                for state in JOB_STATES:
+                    self.pipeline.metrics.jobs.labels(state).set(counts.get(state, 0))
             except Exception:
-                logger.exception("purging expired jobs failed")
-            await asyncio.sleep(PURGE_INTERVAL_S)
+                logger.exception("job queue upkeep failed")
+            await asyncio.sleep(GAUGE_INTERVAL_S)

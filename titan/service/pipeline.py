@@ -24,7 +24,9 @@ from titan.errors import (
     ModelNotFoundError,
     ServiceUnavailableError,
 )
+from titan.observability.collectors import LiveState
 from titan.observability.metrics import TitanMetrics
+from titan.observability.tracing import Tracer
 from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RoutedModel
@@ -32,6 +34,7 @@ from titan.router.retry import HedgeBudget
 from titan.service.admission import Gatekeeper
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.caching import CacheStep
+from titan.service.observing import RequestObserver
 from titan.service.probes import run_probes
 from titan.service.requests import RequestFlow
 from titan.service.traits import request_traits
@@ -55,6 +58,8 @@ class Pipeline:
         self.storage = storage
         self._owns_storage = False  # close only a storage it opened itself
         self.metrics = TitanMetrics(frozenset(config.tenants))
+        self.metrics.watch(LiveState(self.stats))
+        self.tracer = Tracer(config.observability.tracing)
         self.gate: Gatekeeper | None = None
         self._factory = backend_factory
         self._now = now
@@ -73,6 +78,7 @@ class Pipeline:
         self.flow: RequestFlow | None = None
         self.rag: Any = None  # the files and vector stores service, made on first use
         self.jobs: Any = None  # the jobs service (and its in-process worker)
+        self.dashboard: Any = None  # the live dashboard's sampler, made on first use
         self._probe_task: asyncio.Task[None] | None = None
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -118,8 +124,9 @@ class Pipeline:
             {name: self._capacity(configs[name], states) for name, states in models.items()}
         )
         self.runner = AttemptRunner(
-            registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng
-        )
+            registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng,
+            tracer=self.tracer,
+        )  # fmt: skip
         await self._start_cache()
         self.flow = RequestFlow(
             self.gate,
@@ -129,6 +136,7 @@ class Pipeline:
             model_named=self._model,
             now=self._now,
             retry_after_s=self.config.admission.default_deadline_s / 4,
+            observer=RequestObserver(self.config, self.metrics, self.tracer),
         )
         # Everything loaded so far (modules, weights' metadata, the cache index) lives as long
         # as the process: the collector's full passes need not walk it (they showed as 10 ms
@@ -229,6 +237,8 @@ class Pipeline:
         )
 
     async def shutdown(self) -> None:
+        if self.dashboard is not None:
+            await self.dashboard.stop()
         if self.jobs is not None:  # first: running jobs go back to the queue while it is open
             await self.jobs.stop()
         if self._probe_task is not None:
@@ -249,6 +259,7 @@ class Pipeline:
             await self.gate.close()
         if self.storage is not None and self._owns_storage:
             await self.storage.close()
+        self.tracer.shutdown()  # the last spans leave
 
     # ---- models --------------------------------------------------------------------------
 

@@ -7,19 +7,26 @@ limits, record the usage, store the answer in the cache.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from titan.errors import OverloadedError
+from titan.errors import OverloadedError, TitanError
+from titan.observability.records import TIMINGS_HEADER, RequestRecord
+from titan.observability.tracing import set_attributes
 from titan.protocol import Answer, ClientRequest
 from titan.router.registry import RoutedModel
 from titan.service.accounting import StreamMeter, canned_answer, canned_stream, usage_of
 from titan.service.admission import CHARS_PER_TOKEN, Gatekeeper, Ticket
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.caching import CachePlan, CacheStep
+from titan.service.observing import RequestObserver, answer_text, prompt_text, timed_answer
 from titan.service.streaming import close_stream
+
+# nginx's code for "client closed request", as the HTTP layer logs it.
+CLIENT_CLOSED_REQUEST = 499
 
 
 @dataclass
@@ -46,7 +53,9 @@ class RequestFlow:
         model_named: Callable[[str | None], RoutedModel],
         now: Callable[[], float],
         retry_after_s: float,
+        observer: RequestObserver,
     ):
+        self.observer = observer
         self.gate = gate
         self.runner = runner
         self.cache = cache
@@ -55,13 +64,20 @@ class RequestFlow:
         self._now = now
         self._retry_after_s = retry_after_s
 
-    async def _prepare(self, request: ClientRequest) -> Prepared:
-        gate = self.gate
-        caller = await gate.authenticate(request)
+    async def _prepare(self, request: ClientRequest, record: RequestRecord) -> Prepared:
+        gate, span = self.gate, self.observer.tracer.span
+        with span("titan.authenticate"):
+            caller = await gate.authenticate(request)
+        record.tenant, record.priority = caller.tenant, caller.priority
         admission_deadline = gate.deadline(request)
-        model, traits, deadline = await self._route(request)
+        with span("titan.route"):
+            model, traits, deadline = await self._route(request)
+        record.model = model.name
         await gate.check_policy(caller, request.model or model.name)
-        plan = await self.cache.lookup(request, caller.tenant, model.name)
+        with span("titan.cache_lookup"):
+            plan = await self.cache.lookup(request, caller.tenant, model.name)
+        if plan is not None:
+            record.cache = f"hit-{plan.lookup.hit.kind}" if plan.lookup.hit else "miss"
         if "cache" in request.body:  # Titan's own field: upstreams such as OpenAI refuse it
             body = {name: value for name, value in request.body.items() if name != "cache"}
             request = dataclasses.replace(request, body=body)
@@ -91,15 +107,45 @@ class RequestFlow:
             )
             gate.refused(model.name, error, caller)
             raise error
-        ticket = await gate.admit(
-            caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
-        )
+        with span("titan.admission", priority=caller.priority):
+            ticket = await gate.admit(
+                caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
+            )
+        record.queue_s = ticket.admitted.wait_s
         return Prepared(request, model, traits, deadline, ticket, plan)
 
     async def complete(self, request: ClientRequest) -> Routed[Answer]:
-        prepared = await self._prepare(request)
+        record = self.observer.start(request)
+        routed: Routed[Answer] | None = None
+        try:
+            with self.observer.request_span(request, record) as span:
+                routed = await self._complete(request, record)
+                set_attributes(span, model=record.model, deployment=routed.deployment,
+                               attempts=routed.num_attempts)  # fmt: skip
+            record.first_byte()
+            record.deployment, record.num_attempts = routed.deployment, routed.num_attempts
+            usage = usage_of(routed.value)
+            if usage is not None:
+                record.prompt_tokens, record.completion_tokens = usage
+            if record.is_timed:
+                record.total_s = record.elapsed()
+                routed.headers[TIMINGS_HEADER] = record.timings_header()
+                routed = dataclasses.replace(routed, value=timed_answer(routed.value, record))
+            return routed
+        except BaseException as exc:
+            record.failed(*_status_of(exc))
+            raise
+        finally:
+            content = None
+            if self.observer.logs_content:
+                answer = answer_text(routed.value) if routed is not None else ""
+                content = {"prompt": prompt_text(request), "answer": answer}
+            self.observer.report(record, content)
+
+    async def _complete(self, request: ClientRequest, record: RequestRecord) -> Routed[Answer]:
+        prepared = await self._prepare(request, record)
         if prepared.answered is not None:
-            return prepared.answered
+            return prepared.answered  # type: ignore[no-any-return]
         ticket: Ticket = prepared.ticket  # type: ignore[assignment]
         started = self._now()
         try:
@@ -118,10 +164,32 @@ class RequestFlow:
         return routed
 
     async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
-        """A started stream: refusals (and retries) happen before the first chunk is handed out."""
-        prepared = await self._prepare(request)
+        """A started stream: refusals (and retries) happen before the first chunk is handed out.
+        Its record is reported when the stream ends (or the client leaves)."""
+        record = self.observer.start(request)
+        try:
+            with self.observer.request_span(request, record) as span:  # up to the first token
+                routed = await self._stream(request, record)
+                set_attributes(span, model=record.model, deployment=routed.deployment,
+                               attempts=routed.num_attempts)  # fmt: skip
+        except BaseException as exc:
+            record.failed(*_status_of(exc))
+            self.observer.report(record)
+            raise
+        record.first_byte()  # the runner hands a stream over once its first chunk came
+        record.deployment, record.num_attempts = routed.deployment, routed.num_attempts
+        if record.is_timed:
+            routed.headers[TIMINGS_HEADER] = record.timings_header()
+        content = {"prompt": prompt_text(request)} if self.observer.logs_content else None
+        observed = _observed(routed.value, record, self.observer, content)
+        return dataclasses.replace(routed, value=observed)
+
+    async def _stream(
+        self, request: ClientRequest, record: RequestRecord
+    ) -> Routed[AsyncIterator[Answer]]:
+        prepared = await self._prepare(request, record)
         if prepared.answered is not None:
-            return prepared.answered
+            return prepared.answered  # type: ignore[no-any-return]
         ticket: Ticket = prepared.ticket  # type: ignore[assignment]
         plan = prepared.cache
         forwarded = prepared.request
@@ -143,6 +211,40 @@ class RequestFlow:
             routed.headers.update(plan.headers)
         routed.headers.update(ticket.headers)
         return dataclasses.replace(routed, value=stream)
+
+
+def _status_of(exc: BaseException) -> tuple[int, str | None]:
+    if isinstance(exc, TitanError):
+        return exc.status_code, exc.code or exc.error_type
+    if isinstance(exc, asyncio.CancelledError):
+        return CLIENT_CLOSED_REQUEST, "client_closed"
+    return 500, "internal_error"
+
+
+async def _observed(
+    stream: AsyncIterator[Answer],
+    record: RequestRecord,
+    observer: RequestObserver,
+    content: dict[str, str] | None,
+) -> AsyncIterator[Answer]:
+    """The stream, timing its chunks and reporting its record when it ends."""
+    try:
+        async for chunk in stream:
+            usage = usage_of(chunk)
+            if usage is not None:
+                record.prompt_tokens, record.completion_tokens = usage
+                if record.is_timed:
+                    record.total_s = record.elapsed()
+                    chunk = timed_answer(chunk, record)
+            else:
+                record.chunk()
+            yield chunk
+    except BaseException as exc:
+        record.failed(*_status_of(exc))
+        raise
+    finally:
+        await close_stream(stream)
+        observer.report(record, content)
 
 
 def _canned(request: ClientRequest, model: RoutedModel, reply: str) -> Routed[Any]:

@@ -1,0 +1,89 @@
+"""Metrics of live state, read when Prometheus scrapes: each deployment's circuit breaker and
+attempt counts, each model's hedges and fallbacks, and the embedded engines' own counters (KV
+cache usage, preemptions, prefix cache queries and hits, steps). They come from the pipeline's
+``stats()`` snapshot, a plain dict, so nothing is counted twice on the request path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+# Engine counter -> (metric, help); vLLM's names with vllm: -> titan_.
+ENGINE_COUNTERS = {
+    "num_preemptions": ("titan_num_preemptions", "Sequences preempted by the engine."),
+    "num_prompt_tokens": (
+        "titan_prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
+    "num_cached_prompt_tokens": (
+        "titan_prefix_cache_hits", "Prompt tokens the prefix cache served."),
+    "num_generated_tokens": ("titan_engine_generation_tokens", "Tokens the engine generated."),
+    "num_steps": ("titan_engine_steps", "Engine steps (one batch through the model each)."),
+    "num_requests_aborted": ("titan_engine_requests_aborted", "Engine requests aborted."),
+}  # fmt: skip
+ENGINE_GAUGES = {
+    "kv_cache_usage": ("titan_kv_cache_usage_perc", "KV cache usage (1 = full)."),
+    "num_running": ("titan_engine_num_requests_running", "Sequences in the engine's batch."),
+    "num_waiting": ("titan_engine_num_requests_waiting", "Sequences waiting in the engine."),
+}
+
+
+class LiveState:
+    """A collector over ``snapshot()`` (``Pipeline.stats``: model -> its counters and
+    deployments)."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]):
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []  # described by collecting: the families depend on what is deployed
+
+    def collect(self) -> Iterator[Metric]:
+        models = self.snapshot()
+        per_model = ("model",)
+        per_deployment = ("model", "deployment")
+        hedges = CounterMetricFamily("titan_hedges", "Hedged attempts started.", labels=per_model)
+        fallbacks = CounterMetricFamily(
+            "titan_fallbacks", "Requests served by a fallback model.", labels=per_model
+        )
+        attempts = CounterMetricFamily(
+            "titan_attempts", "Attempts sent to a deployment, by outcome.",
+            labels=(*per_deployment, "outcome"),
+        )  # fmt: skip
+        breaker = GaugeMetricFamily(
+            "titan_circuit_state", "A deployment's circuit breaker: 0 closed, 1 half-open, 2 open.",
+            labels=per_deployment,
+        )  # fmt: skip
+        outstanding = GaugeMetricFamily(
+            "titan_deployment_outstanding", "Attempts in flight to a deployment.",
+            labels=per_deployment,
+        )  # fmt: skip
+        engine_counters = {
+            key: CounterMetricFamily(name, text, labels=per_deployment)
+            for key, (name, text) in ENGINE_COUNTERS.items()
+        }
+        engine_gauges = {
+            key: GaugeMetricFamily(name, text, labels=per_deployment)
+            for key, (name, text) in ENGINE_GAUGES.items()
+        }
+        for model, stats in models.items():
+            hedges.add_metric([model], stats.get("hedges", 0))
+            fallbacks.add_metric([model], stats.get("served_as_fallback", 0))
+            for name, deployment in stats.get("deployments", {}).items():
+                labels = [model, name]
+                successes, failures = deployment["successes"], deployment["failures"]
+                attempts.add_metric([*labels, "success"], successes)
+                attempts.add_metric([*labels, "failure"], failures)
+                breaker.add_metric(labels, BREAKER_STATES.get(deployment["state"], 0))
+                outstanding.add_metric(labels, deployment["outstanding"])
+                backend = deployment.get("backend") or {}
+                for key, family in engine_counters.items():
+                    if key in backend:
+                        family.add_metric(labels, backend[key])
+                for key, family in engine_gauges.items():
+                    if key in backend:
+                        family.add_metric(labels, backend[key])
+        yield from (hedges, fallbacks, attempts, breaker, outstanding)
+        yield from engine_counters.values()
+        yield from engine_gauges.values()

@@ -1,0 +1,119 @@
+"""Reporting each finished request: its metrics (latencies, goodput), one JSON log line, and the
+timings a client asks for with ``x-titan-timings: 1`` (a header, and ``usage.titan_timings``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from titan.config import TitanConfig
+from titan.errors import TitanError
+from titan.observability.metrics import TitanMetrics
+from titan.observability.records import TIMINGS_HEADER, RequestRecord
+from titan.observability.tracing import Tracer, set_attributes
+from titan.protocol import Answer, ClientRequest, RawJSON, answer_bytes
+
+request_log = logging.getLogger("titan.requests")
+
+# Redaction of logged prompts and answers: what identifies people or grants access.
+_REDACTIONS = (
+    (re.compile(r"\b(?:sk|pk|rk|sk-titan)[-_][A-Za-z0-9_-]{8,}"), "[key]"),
+    (re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"), "[email]"),
+    (re.compile(r"\+?\d[\d ()./-]{5,}\d"), "[number]"),
+)
+MAX_LOGGED_CHARS = 2000
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text[:MAX_LOGGED_CHARS]
+
+
+class RequestObserver:
+    def __init__(self, config: TitanConfig, metrics: TitanMetrics, tracer: Tracer | None = None):
+        self.config = config.observability
+        self.metrics = metrics
+        self.tracer = tracer or Tracer()
+        self._slos = {m.name: m.slo for m in config.models if m.slo is not None}
+
+    def start(self, request: ClientRequest) -> RequestRecord:
+        return RequestRecord(
+            request.request_id,
+            request.endpoint,
+            is_stream=request.is_stream,
+            is_timed=request.headers.get(TIMINGS_HEADER) == "1",
+        )
+
+    @contextlib.contextmanager
+    def request_span(self, request: ClientRequest, record: RequestRecord) -> Iterator[Any]:
+        """The request's root span (a child of the caller's ``traceparent``, if any); its trace
+        id goes to the record, and so to the log line."""
+        with self.tracer.span(
+            "titan.request", parent_headers=request.headers, request_id=request.request_id,
+            endpoint=request.endpoint, stream=request.is_stream,
+        ) as span:  # fmt: skip
+            record.trace_id = self.tracer.trace_id(span)
+            try:
+                yield span
+            except TitanError as exc:
+                set_attributes(span, status=exc.status_code, error_code=exc.code)
+                raise
+
+    def report(self, record: RequestRecord, content: dict[str, str] | None = None) -> None:
+        """Once per request, whichever way it ended."""
+        if not record.claim_report():
+            return
+        if self.config.request_metrics:
+            self.metrics.observe(record, self._slos.get(record.model or "", self.config.slo))
+        if self.config.log_requests:
+            fields = record.log_fields()
+            if self.config.log_content and content:
+                fields["content"] = {k: redact(v) for k, v in content.items()}
+            request_log.info("request", extra=fields)
+
+    @property
+    def logs_content(self) -> bool:
+        return self.config.log_requests and self.config.log_content
+
+
+def timed_answer(answer: Answer, record: RequestRecord) -> Answer:
+    """The answer with ``usage.titan_timings`` (only when the client asked: it re-encodes)."""
+    try:
+        body = orjson.loads(answer_bytes(answer))
+    except orjson.JSONDecodeError:
+        return answer
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return answer
+    usage["titan_timings"] = record.timings()
+    return RawJSON(orjson.dumps(body))
+
+
+def answer_text(answer: Answer) -> str:
+    """The answer's text, for a content log line."""
+    try:
+        body: Any = orjson.loads(answer_bytes(answer))
+    except orjson.JSONDecodeError:
+        return ""
+    texts = []
+    for choice in body.get("choices") or []:
+        message = choice.get("message") or choice.get("delta") or {}
+        texts.append(str(message.get("content") or choice.get("text") or ""))
+    return "\n".join(texts)
+
+
+def prompt_text(request: ClientRequest) -> str:
+    """The request's last user message (or prompt), for a content log line."""
+    body = request.body
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else orjson.dumps(content).decode()
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
