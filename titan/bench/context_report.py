@@ -9,6 +9,7 @@ from typing import Any
 
 from titan.bench import results_file
 from titan.bench.context_bench import MODES, TOPICS
+from titan.bench.report import targets_table
 
 SECTION_START, SECTION_END = results_file.markers("context")
 
@@ -105,12 +106,7 @@ def _decile_cells(row: dict[str, Any]) -> list[str]:
 
 def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Title → (header, rows): the same tables on the console and in the Markdown."""
-    verdict = {True: "PASS", False: "FAIL", None: "info"}
-    tables = {"Targets": (["check", "measured", "target", "result"], [
-        [t["name"], _num(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
-         t["target"], verdict[t["passed"]]]
-        for t in results["targets"]
-    ])}  # fmt: skip
+    tables = {"Targets": targets_table(results["targets"], _num)}
     summary = results["conversation"]["summary"]
     header, rows, overall = ["turns"], [], ["max / all"]
     for mode in MODES:

@@ -7,6 +7,7 @@ from typing import Any
 
 from titan.bench import results_file
 from titan.bench.jobs_bench import MODEL
+from titan.bench.report import targets_table
 
 SECTION_START, SECTION_END = results_file.markers("jobs")
 MIN_SQLITE_JOBS_PER_S = 500.0
@@ -118,12 +119,7 @@ def _statuses(statuses: dict[Any, int]) -> str:
 
 def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Title → (header, rows): the same tables on the console and in the Markdown."""
-    verdict = {True: "PASS", False: "FAIL", None: "info"}
-    tables = {"Targets": (["check", "measured", "target", "result"], [
-        [t["name"], _num(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
-         t["target"], verdict[t["passed"]]]
-        for t in results["targets"]
-    ])}  # fmt: skip
+    tables = {"Targets": targets_table(results["targets"], _num)}
     rows = []
     for row in results["throughput"]["modes"]:
         q, d = row["queue"], row["direct"]

@@ -9,6 +9,7 @@ from typing import Any
 
 from titan.bench import results_file
 from titan.bench.observability_bench import BENCHMARK, CONFIGS, MODES
+from titan.bench.report import targets_table
 
 SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
 MAX_COST = 0.05  # of the throughput: 1 − on ÷ off
@@ -114,12 +115,7 @@ def _over(on: float | None, off: float | None) -> float | None:
 
 def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Title → (header, rows): the same tables on the console and in the Markdown."""
-    verdict = {True: "PASS", False: "FAIL", None: "info"}
-    tables = {"Targets": (["check", "measured", "target", "result"], [
-        [t["name"], _num(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
-         t["target"], verdict[t["passed"]]]
-        for t in results["targets"]
-    ])}  # fmt: skip
+    tables = {"Targets": targets_table(results["targets"], _num)}
     concurrency = results["meta"]["settings"]["concurrency"]
     for mode in MODES:
         cell = results["cells"][mode]

@@ -7,6 +7,7 @@ import os
 import platform
 import shlex
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from importlib import metadata
 from pathlib import Path
@@ -328,3 +329,17 @@ def print_tables(tables: dict[str, tuple[list[str], list[list[str]]]], console: 
         for row in rows:
             table.add_row(*(cell.replace("**", "") for cell in row))
         console.print(table)
+
+
+def targets_table(
+    targets: list[dict[str, Any]], number: Callable[[float | None, int], str]
+) -> tuple[list[str], list[list[str]]]:
+    """The "Targets" table of a report: each check's measured value (``number`` formats it
+    with the check's digits), its target and PASS / FAIL / info."""
+    verdict = {True: "PASS", False: "FAIL", None: "info"}
+    rows = [
+        [t["name"], number(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
+         t["target"], verdict[t["passed"]]]
+        for t in targets
+    ]  # fmt: skip
+    return ["check", "measured", "target", "result"], rows
