@@ -238,6 +238,7 @@ async def test_a_file_whose_replica_died_reads_failed_and_can_be_added_again():
     store = await dying.create("")
     await dying.add_file("", store["id"], file["id"])
     await dying.close()  # the replica goes away mid-file
+    embedder.go.set()  # (its embedding thread, which nothing can cancel, may end now)
     survivor = VectorStores(documents, loader(WordEmbedder()), lambda: clock[0])
     assert (await survivor.get_file("", store["id"], file["id"]))["status"] == "in_progress"
     clock[0] += 1000
