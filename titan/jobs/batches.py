@@ -114,7 +114,8 @@ class Batches:
         await self.queue.submit(jobs)
         await self.documents.put(
             BATCHES, scoped_id(owner.tenant, batch_id),
-            {**batch, "tenant": owner.tenant, "_version": _version()},
+            {**batch, "tenant": owner.tenant, "num_line_errors": len(errors),
+             "_version": _version()},
         )  # fmt: skip
         return await self.get(owner.tenant, batch_id)
 
@@ -237,9 +238,8 @@ class Batches:
     async def _refresh(self, stored: dict[str, Any]) -> dict[str, Any]:
         tenant, batch_id = stored["tenant"], stored["id"]
         counts = await self.queue.counts(tenant, batch_id=batch_id)
-        errors = (await self.documents.get(LINE_ERRORS, scoped_id(tenant, batch_id))) or {}
-        num_line_errors = len(errors.get("errors", []))
-        stored["request_counts"] = _request_counts(counts, num_line_errors)
+        # The line errors themselves (maybe megabytes) are read only to write the error file.
+        stored["request_counts"] = _request_counts(counts, stored["num_line_errors"])
         if counts.get("queued", 0) or counts.get("running", 0):
             return stored
         finalizing = {**stored, "status": "finalizing", "finalizing_at": int(self.now()),
@@ -247,6 +247,7 @@ class Batches:
         key = scoped_id(tenant, batch_id)
         if not await self.documents.put_if(BATCHES, key, finalizing, expected=stored["_version"]):
             return await self._stored(tenant, batch_id)  # another replica finalizes it
+        errors = await self.documents.get(LINE_ERRORS, key) or {}
         done = await self._write_files(finalizing, counts, errors.get("errors", []))
         await self.documents.put(BATCHES, key, done)
         return done
@@ -325,4 +326,4 @@ def _invalid_line(batch_id: str, entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _public(stored: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in stored.items() if k not in ("tenant", "_version")}
+    return {k: v for k, v in stored.items() if k not in ("tenant", "num_line_errors", "_version")}

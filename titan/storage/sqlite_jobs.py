@@ -62,6 +62,12 @@ def _write(connection: sqlite3.Connection, job: Job) -> None:
                        _row(job))  # fmt: skip
 
 
+def _matching(**columns: str | None) -> tuple[list[str], list[Any]]:
+    """WHERE conditions (and their arguments) for the columns given a value; "1" for none."""
+    given = {name: value for name, value in columns.items() if value is not None}
+    return ["1", *(f"{name} = ?" for name in given)], list(given.values())
+
+
 def _read(connection: sqlite3.Connection, job_id: str) -> Job | None:
     row = connection.execute("SELECT doc FROM jobs WHERE id = ?", (job_id,)).fetchone()
     return None if row is None else _job(row[0])
@@ -193,13 +199,7 @@ class SqliteJobQueue:
         after: str | None = None,
     ) -> list[Job]:
         def list_(connection: sqlite3.Connection) -> list[Job]:
-            where, args = ["tenant = ?"], [tenant]
-            if state is not None:
-                where.append("state = ?")
-                args.append(state)
-            if batch_id is not None:
-                where.append("batch_id = ?")
-                args.append(batch_id)
+            where, args = _matching(tenant=tenant, state=state, batch_id=batch_id)
             if after is not None:
                 cursor = connection.execute(
                     "SELECT created_at, id FROM jobs WHERE id = ? AND tenant = ?", (after, tenant)
@@ -221,13 +221,7 @@ class SqliteJobQueue:
         self, tenant: str | None = None, *, batch_id: str | None = None
     ) -> dict[str, int]:
         def counts(connection: sqlite3.Connection) -> dict[str, int]:
-            where, args = ["1"], []
-            if tenant is not None:
-                where.append("tenant = ?")
-                args.append(tenant)
-            if batch_id is not None:
-                where.append("batch_id = ?")
-                args.append(batch_id)
+            where, args = _matching(tenant=tenant, batch_id=batch_id)
             rows = connection.execute(
                 f"SELECT state, COUNT(*) FROM jobs WHERE {' AND '.join(where)} GROUP BY state",
                 args,
