@@ -8,6 +8,7 @@ import logging
 
 import httpx
 import openai
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -95,21 +96,27 @@ def test_timings_on_demand_in_a_header_and_the_usage():
     assert usage_events and "titan_timings" in usage_events[-1]
 
 
-def test_one_log_line_per_request_and_content_only_redacted(caplog):
-    caplog.set_level(logging.INFO, logger="titan.requests")
+def request_lines(text: str) -> list[dict]:
+    entries = [orjson.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return [entry for entry in entries if entry.get("logger") == "titan.requests"]
+
+
+def test_one_log_line_per_request_and_content_only_redacted(caplog, capsys):
+    caplog.set_level(logging.INFO, logger="titan.requests")  # the lines follow its level
     secret = "Mail jane.doe@example.com or call +44 20 7946 0958, key sk-titan-abc123def456"
     with running_titan(config(log_content=True)) as titan:
         httpx.post(f"{titan}/v1/chat/completions", headers={"x-request-id": "req-observed"},
                    json={"model": "sim", "max_tokens": 4,
                          "messages": [{"role": "user", "content": secret}]})  # fmt: skip
-    (line,) = [r for r in caplog.records if getattr(r, "request_id", None) == "req-observed"]
-    assert line.name == "titan.requests" and line.status == 200 and line.model == "sim"
-    assert line.deployment == "sim-0" and line.attempts == 1 and line.cache == "none"
-    assert line.total_s > 0 and line.prompt_tokens > 0 and line.completion_tokens == 4
-    logged = line.content["prompt"]
+    (line,) = [r for r in request_lines(capsys.readouterr().err)
+               if r["request_id"] == "req-observed"]  # fmt: skip
+    assert line["msg"] == "request" and line["level"] == "info" and line["ts"]
+    assert line["status"] == 200 and line["model"] == "sim"
+    assert line["deployment"] == "sim-0" and line["attempts"] == 1 and line["cache"] == "none"
+    assert line["total_s"] > 0 and line["prompt_tokens"] > 0 and line["completion_tokens"] == 4
+    logged = line["content"]["prompt"]
     assert "[email]" in logged and "[number]" in logged and "[key]" in logged
     assert "jane.doe" not in logged and "7946" not in logged and "abc123" not in logged
-    caplog.clear()
     with running_titan(config()) as titan:  # content is off by default
         httpx.post(
             f"{titan}/v1/chat/completions",
@@ -119,5 +126,10 @@ def test_one_log_line_per_request_and_content_only_redacted(caplog):
                 "messages": [{"role": "user", "content": secret}],
             },
         )
-    (line,) = [r for r in caplog.records if r.name == "titan.requests"]
-    assert not hasattr(line, "content")
+    (line,) = request_lines(capsys.readouterr().err)
+    assert "content" not in line and secret not in str(line)
+    caplog.set_level(logging.WARNING, logger="titan.requests")
+    with running_titan(config()) as titan:  # below the logger's level: no lines
+        httpx.post(f"{titan}/v1/chat/completions", json={"model": "sim", "max_tokens": 2,
+                   "messages": [{"role": "user", "content": "hi"}]})  # fmt: skip
+    assert request_lines(capsys.readouterr().err) == []

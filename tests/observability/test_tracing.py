@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from titan.config import config_from_mapping
-from titan.observability.tracing import Tracer
+from titan.observability.tracing import Span, SpanKind, Tracer
 from titan.protocol import ChatCompletionRequest, ClientRequest
 from titan.service import build_pipeline
 
@@ -25,6 +23,17 @@ def request(headers: dict[str, str]) -> ClientRequest:
                          body=body, request_id="req-traced", headers=headers)  # fmt: skip
 
 
+class CollectingExporter:
+    def __init__(self):
+        self.spans: list[Span] = []
+
+    def add(self, span: Span) -> None:
+        self.spans.append(span)
+
+    def shutdown(self) -> None:
+        pass
+
+
 @pytest.fixture
 async def traced_pipeline():
     config = config_from_mapping({
@@ -33,8 +42,8 @@ async def traced_pipeline():
         "observability": {"tracing": {"enabled": True}},
     }, "test")  # fmt: skip
     pipeline = build_pipeline(config)
-    exporter = InMemorySpanExporter()
-    pipeline.tracer.provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter = CollectingExporter()
+    pipeline.tracer.exporter = exporter
     await pipeline.start()
     yield pipeline, exporter
     await pipeline.shutdown()
@@ -45,25 +54,37 @@ async def test_a_request_span_has_its_steps_and_attempts_and_joins_the_callers_t
 ):
     pipeline, exporter = traced_pipeline
     caplog.set_level(logging.INFO, logger="titan.requests")
+    records = []
+    pipeline.flow.observer.request_log.write = records.append
     await pipeline.complete(request({"traceparent": TRACEPARENT}))
-    spans = {span.name: span for span in exporter.get_finished_spans()}
+    spans = {span.name: span for span in exporter.spans}
     assert {"titan.request", "titan.authenticate", "titan.route", "titan.admission",
             "titan.attempt"} <= set(spans)  # fmt: skip
     root = spans["titan.request"]
-    assert f"{root.context.trace_id:032x}" == PARENT_TRACE  # a child of the caller's span
+    assert root.trace_id_hex == PARENT_TRACE  # a child of the caller's span
+    assert root.parent_span_id == int(TRACEPARENT.split("-")[2], 16)
+    assert root.kind == SpanKind.SERVER and spans["titan.attempt"].kind == SpanKind.CLIENT
     assert root.attributes["deployment"] == "sim-0" and root.attributes["attempts"] == 1
     for name in ("titan.authenticate", "titan.admission", "titan.attempt"):
-        assert spans[name].parent.span_id == root.context.span_id
+        assert spans[name].parent_span_id == root.span_id
+        assert spans[name].trace_id == root.trace_id
+        assert root.start_ns <= spans[name].start_ns <= spans[name].end_ns <= root.end_ns
     assert spans["titan.attempt"].attributes["deployment"] == "sim-0"
-    (line,) = [r for r in caplog.records if r.name == "titan.requests"]
-    assert line.trace_id == PARENT_TRACE
+    (line,) = records
+    assert line["trace_id"] == PARENT_TRACE
 
 
 async def test_without_a_caller_trace_a_new_one_starts(traced_pipeline):
     pipeline, exporter = traced_pipeline
     await pipeline.complete(request({}))
-    (root,) = [s for s in exporter.get_finished_spans() if s.name == "titan.request"]
-    assert root.parent is None and root.context.trace_id != int(PARENT_TRACE, 16)
+    (root,) = [s for s in exporter.spans if s.name == "titan.request"]
+    assert root.parent_span_id == 0 and root.trace_id not in (0, int(PARENT_TRACE, 16))
+
+
+async def test_a_caller_that_did_not_sample_is_not_traced(traced_pipeline):
+    pipeline, exporter = traced_pipeline
+    await pipeline.complete(request({"traceparent": TRACEPARENT[:-2] + "00"}))
+    assert exporter.spans == []
 
 
 def test_tracing_off_is_a_no_op():

@@ -15,7 +15,6 @@ median requests/s of each configuration's rounds; the cost is 1 − on ÷ off.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 import tempfile
@@ -37,7 +36,6 @@ BENCHMARK = "observability"
 MODES = ("non-streaming", "streaming")
 CONFIGS = ("off", "on")
 SINK_START_TIMEOUT_S = 30.0
-TRACING_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 Progress = Callable[[str], None]
 
 
@@ -93,24 +91,6 @@ def titan_config(
     mapping["storage"] = "memory://"
     mapping["observability"] = observability_section(config, otlp_endpoint, sample_ratio)
     return mapping
-
-
-def require_tracing() -> None:
-    """Tracing needs the ``tracing`` extra in this interpreter (titan serve runs with it)."""
-    missing = []
-    for name in TRACING_MODULES:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            missing.append(name)
-    if missing:
-        raise RuntimeError(
-            f"{', '.join(missing)} not installed: the 'on' configuration traces every request. "
-            "Install the tracing extra: pip install 'titan[tracing]' (opentelemetry-sdk and "
-            "opentelemetry-exporter-otlp-proto-http)."
-        )
 
 
 # ---- what the "on" runs produce -------------------------------------------------------------
@@ -330,7 +310,6 @@ def run_observability_bench(settings: ObservabilitySettings, command: str | None
     from titan.bench.observability_report import summarize, targets, versions
     from titan.bench.report import default_command, machine_info
 
-    require_tracing()
     load_before = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     api_key = systems.new_api_key()  # Titan runs without auth; wrk sends one all the same

@@ -87,8 +87,7 @@ def versions(wrk: str | None) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    packages = ("titan", "prometheus-client", "opentelemetry-sdk",
-                "opentelemetry-exporter-otlp-proto-http", "uvicorn")  # fmt: skip
+    packages = ("titan", "prometheus-client", "orjson", "uvicorn")
     return {"python": platform.python_version(), **{p: version(p) for p in packages},
             "wrk": wrk_version(wrk) if wrk else None}  # fmt: skip
 
@@ -183,8 +182,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
         f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
         f"Python {v['python']}, titan {v['titan']}, prometheus-client {v['prometheus-client']}, "
-        f"opentelemetry-sdk {v['opentelemetry-sdk']}, opentelemetry-exporter-otlp-proto-http "
-        f"{v['opentelemetry-exporter-otlp-proto-http']}, uvicorn {v['uvicorn']}{wrk}.", "",
+        f"orjson {v['orjson']}, uvicorn {v['uvicorn']}{wrk}.", "",
         "### Targets", "", *_table(*tables["Targets"]), "",
         "### Setup", "",
         "One simulated upstream (`titan simulate`, 20 ms to the answer, 16 output tokens; a "
@@ -196,9 +194,9 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "(`log_requests`, which replaces uvicorn's access line) at log level info, into a log "
         "file, "
         f"and requests traced (`sample_ratio: {s['sample_ratio']:g}`: a span per step and per "
-        "upstream attempt of the sampled ones), exported by OpenTelemetry's batch span "
-        "processor over OTLP/HTTP to a local "
-        "sink (`python -m titan.bench.otlp_sink`, a subprocess that answers 200 and counts "
+        "upstream attempt of the sampled ones), exported in batches (OTLP/HTTP JSON, from "
+        "Titan's exporter thread) to a local sink (`python -m titan.bench.otlp_sink`, a "
+        "subprocess that answers 200 and counts "
         f"batches and spans); `/metrics` is scraped every {s['scrape_interval_s']:g} s "
         f"meanwhile, as Prometheus would. Runs alternate off, on ({s['rounds']} "
         f"round{'s' if s['rounds'] != 1 else ''} of each); in each run, {s['concurrency']} "

@@ -1,7 +1,7 @@
 """A stand-in OTLP/HTTP trace collector for ``titan bench observability``: it answers 200 (an
 empty ExportTraceServiceResponse) to every ``POST /v1/traces`` and counts what came: requests
-(span batches), bytes and, where the OpenTelemetry protobuf classes are installed, spans; and
-its own CPU time (it shares the machine with what is measured).
+(span batches), bytes and spans (OTLP/JSON, as Titan exports them); and its own CPU time (it
+shares the machine with what is measured).
 ``GET /stats`` returns the counts as JSON, ``GET /health`` answers 200.
 
 Run it as ``python -m titan.bench.otlp_sink --port N`` (the benchmark starts it as a subprocess,
@@ -13,53 +13,46 @@ import argparse
 import gzip
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import orjson
 
 TRACES_PATH = "/v1/traces"
 
 
-def span_counter() -> Any:
-    """A function from an ExportTraceServiceRequest's bytes to its number of spans; None where
-    opentelemetry-proto is not installed."""
-    try:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-    except ImportError:
-        return None
-
-    def count(data: bytes) -> int:
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(data)
-        return sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
-
-    return count
+def count_json_spans(data: bytes) -> int:
+    """The spans in an OTLP/JSON ExportTraceServiceRequest (what Titan sends)."""
+    request = orjson.loads(data)
+    return sum(
+        len(scope.get("spans", ()))
+        for resource in request.get("resourceSpans", ())
+        for scope in resource.get("scopeSpans", ())
+    )
 
 
 class Counts:
-    def __init__(self, count_spans: Any = None):
+    def __init__(self, count_spans: Callable[[bytes], int] = count_json_spans):
         self._lock = threading.Lock()
         self._count_spans = count_spans
         self.batches = 0
         self.bytes = 0
-        self.spans: int | None = 0 if count_spans is not None else None
+        self.spans = 0
         self.unparsed = 0  # batches whose spans could not be counted
         self.other_requests = 0  # anything but POST /v1/traces, /stats and /health
 
     def add_batch(self, data: bytes, encoding: str) -> None:
-        spans = None
-        if self._count_spans is not None:
-            try:
-                spans = self._count_spans(gzip.decompress(data) if encoding == "gzip" else data)
-            except Exception:
-                spans = None
+        try:
+            spans = self._count_spans(gzip.decompress(data) if encoding == "gzip" else data)
+        except (ValueError, OSError, AttributeError, TypeError):  # not OTLP/JSON
+            spans = None
         with self._lock:
             self.batches += 1
             self.bytes += len(data)
-            if spans is not None and self.spans is not None:
+            if spans is not None:
                 self.spans += spans
-            elif self._count_spans is not None:
+            else:
                 self.unparsed += 1
 
     def add_other(self) -> None:
@@ -93,7 +86,7 @@ def make_server(port: int, counts: Counts, host: str = "127.0.0.1") -> Threading
                 self._answer(404, b"", "text/plain")
                 return
             counts.add_batch(data, (self.headers.get("Content-Encoding") or "").lower())
-            self._answer(200, b"", "application/x-protobuf")
+            self._answer(200, b"{}", "application/json")
 
         def do_GET(self) -> None:
             if self.path == "/stats":
@@ -115,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args(argv)
-    server = make_server(args.port, Counts(span_counter()), args.host)
+    server = make_server(args.port, Counts(), args.host)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -16,12 +16,16 @@ class SloConfig(Settings):
 
 
 class TracingConfig(Settings):
-    """OpenTelemetry spans for each pipeline step and upstream attempt, sent to an OTLP
-    collector (needs the ``tracing`` extra: opentelemetry-sdk and its OTLP exporter)."""
+    """Spans for each request, pipeline step and upstream attempt, sent in OTLP/HTTP JSON to an
+    OpenTelemetry collector (or Jaeger, Tempo, a vendor's OTLP endpoint)."""
 
     enabled: bool = False
     otlp_endpoint: str | None = None  # e.g. http://otel-collector:4318/v1/traces (OTLP/HTTP)
+    # Sent with each export, e.g. {"authorization": "Bearer ..."} for a hosted collector.
+    otlp_headers: dict[str, str] = Field(default_factory=dict)
+    export_timeout_s: float = Field(10.0, gt=0)
     service_name: str = "titan"
+    # New traces sampled; a caller's traceparent keeps the caller's decision.
     sample_ratio: float = Field(1.0, ge=0, le=1)
 
 

@@ -25,7 +25,7 @@ from titan.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from titan.observability.tracing import Tracer
+from titan.observability.tracing import SpanKind, Tracer
 from titan.protocol import Answer, ClientRequest
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RequestTraits, RoutedModel
@@ -263,8 +263,8 @@ class AttemptRunner:
         if attempts.deadline is not None:
             limit = min(limit, max(0.0, attempts.deadline - started))
         try:
-            with self.tracer.span("titan.attempt", model=model.name, deployment=deployment.name,
-                                  attempt=attempts.count):  # fmt: skip
+            with self.tracer.span("titan.attempt", kind=SpanKind.CLIENT, model=model.name,
+                                  deployment=deployment.name, attempt=attempts.count):  # fmt: skip
                 async with asyncio.timeout(limit):
                     value = await attempt(deployment)
         except TimeoutError:

@@ -4,7 +4,6 @@ timings a client asks for with ``x-titan-timings: 1`` (a header, and ``usage.tit
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +14,9 @@ from titan.config import TitanConfig
 from titan.errors import TitanError
 from titan.observability.metrics import TitanMetrics
 from titan.observability.records import TIMINGS_HEADER, RequestRecord
+from titan.observability.request_log import RequestLog
 from titan.observability.tracing import Tracer, set_attributes
 from titan.protocol import Answer, ClientRequest, RawJSON, answer_bytes
-
-request_log = logging.getLogger("titan.requests")
 
 # Redaction of logged prompts and answers: what identifies people or grants access.
 _REDACTIONS = (
@@ -36,10 +34,17 @@ def redact(text: str) -> str:
 
 
 class RequestObserver:
-    def __init__(self, config: TitanConfig, metrics: TitanMetrics, tracer: Tracer | None = None):
+    def __init__(
+        self,
+        config: TitanConfig,
+        metrics: TitanMetrics,
+        tracer: Tracer | None = None,
+        request_log: RequestLog | None = None,
+    ):
         self.config = config.observability
         self.metrics = metrics
         self.tracer = tracer or Tracer()
+        self.request_log = request_log or RequestLog()
         self._slos = {m.name: m.slo for m in config.models if m.slo is not None}
 
     def start(self, request: ClientRequest) -> RequestRecord:
@@ -75,7 +80,10 @@ class RequestObserver:
             fields = record.log_fields()
             if self.config.log_content and content:
                 fields["content"] = {k: redact(v) for k, v in content.items()}
-            request_log.info("request", extra=fields)
+            self.request_log.write(fields)
+
+    def close(self) -> None:
+        self.request_log.flush()
 
     @property
     def logs_content(self) -> bool:

@@ -253,6 +253,7 @@ class Pipeline:
             await self.rag.close()
         if self.flow is not None:
             await self.flow.cache.close()
+            self.flow.observer.close()  # the last request lines leave
         if self.cache is not None:
             await self.cache.close()
         if self.gate is not None:

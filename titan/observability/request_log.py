@@ -1,0 +1,80 @@
+"""One JSON line per request, written in batches.
+
+The lines look exactly like the ``titan.requests`` logger's would (same keys as the JSON
+formatter's), and obey that logger's level, but skip the logging machinery: a LogRecord, the
+handler's lock and one write per line cost ~17 µs a request, a third of what observability cost
+the gateway benchmark; this costs ~3. Lines wait at most ``max_delay_s`` (or ``max_lines``) and
+are flushed at shutdown, so an orderly stop loses none; a crash loses at most that window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import orjson
+
+REQUEST_LOGGER = "titan.requests"
+
+
+class RequestLog:
+    def __init__(
+        self,
+        stream: Callable[[], TextIO] = lambda: sys.stderr,
+        *,
+        max_delay_s: float = 0.25,
+        max_lines: int = 256,
+    ):
+        # Looked up at each flush: whoever replaced sys.stderr (a test's capture) gets the lines.
+        self._stream = stream
+        self._logger = logging.getLogger(REQUEST_LOGGER)
+        self.max_delay_s = max_delay_s
+        self.max_lines = max_lines
+        self._lines: list[bytes] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._logger.isEnabledFor(logging.INFO)
+
+    def write(self, fields: dict[str, Any]) -> None:
+        if not self.is_enabled:
+            return
+        now = time.time()
+        entry = {
+            "ts": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
+            "level": "info",
+            "logger": REQUEST_LOGGER,
+            "msg": "request",
+            **fields,
+        }
+        self._lines.append(orjson.dumps(entry, default=str))
+        if len(self._lines) >= self.max_lines:
+            self.flush()
+        elif self._timer is None:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a sync caller): nothing would flush it later
+            self.flush()
+            return
+        self._timer = loop.call_later(self.max_delay_s, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._lines:
+            return
+        text = (b"\n".join(self._lines) + b"\n").decode()
+        self._lines.clear()
+        stream = self._stream()
+        stream.write(text)
+        stream.flush()
