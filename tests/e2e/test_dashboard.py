@@ -64,7 +64,9 @@ class Load:
             thread.join(timeout=10)
 
     def _run(self) -> None:
-        body = {"model": "sim", "messages": [{"role": "user", "content": "hello"}]}
+        # temperature 0: the same request each time, so the response cache answers most.
+        body = {"model": "sim", "temperature": 0,
+                "messages": [{"role": "user", "content": "hello"}]}  # fmt: skip
         deadline = time.monotonic() + LOAD_LIMIT_S
         with httpx.Client(base_url=self.base_url, timeout=10) as client:
             while not self.stopping.is_set() and time.monotonic() < deadline:
@@ -126,6 +128,7 @@ def test_dashboard_draws_and_moves_under_load():
                             return y('chart-requests', 0).filter((v) => v > 0).length >= 2
                                 && y('chart-latency', 0).some((v) => v > 0)
                                 && y('chart-ttft', 1).some((v) => v > 0)
+                                && y('chart-cache', 0).some((v) => v > 0)
                                 && line && (line.getAttribute('d') || '').length > 0;
                         }""",
                         timeout=WAIT_MS,
