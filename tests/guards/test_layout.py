@@ -45,7 +45,18 @@ ALLOWED = {
     # Limits use the storage protocols only, never a concrete store (see test below).
     "titan.limits": {"titan.storage"},
     "titan.backends": {"titan.protocol", "titan.observability", "titan.simulate"},
-    "titan.bench": {"titan.bench", "titan.cache", "titan.context", "titan.storage"},
+    # Load generation, chaos scenarios (which drive simulated backends) and the planner's
+    # validation against the embedded engine.
+    "titan.bench": {
+        "titan.bench",
+        "titan.cache",
+        "titan.context",
+        "titan.storage",
+        "titan.planning",
+        "titan.simulate",
+    },
+    # Capacity planning: pure arithmetic and a discrete-event simulation.
+    "titan.planning": set(),
     "titan.cli": {
         "titan.api",
         "titan.limits",
@@ -54,6 +65,7 @@ ALLOWED = {
         "titan.service",
         "titan.observability",
         "titan.simulate",
+        "titan.planning",
     },
 }
 # Only these modules may import the engine: the embedded backend (embedded*.py) and the bench.

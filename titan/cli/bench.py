@@ -9,7 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
+from titan.cli.bench_url import BenchGroup, loadgen, register
+
 bench_app = typer.Typer(
+    cls=BenchGroup,
     help="Benchmarks, each against a baseline measured in the same run.",
     no_args_is_help=True,
     add_completion=False,
@@ -386,3 +389,7 @@ def observability(
         (ServiceError, RuntimeError, OSError),
         console,
     )
+
+
+register(bench_app)  # titan bench http://… [options]: any OpenAI-compatible endpoint
+bench_app.command("loadgen")(loadgen)
