@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from titan.cli.bench import bench_app
+from titan.cli.chaos import chaos
 from titan.cli.config import config_app
 from titan.cli.jobs import jobs_app
 from titan.cli.keys import keys_app
@@ -319,6 +320,7 @@ def build_cli() -> typer.Typer:
     cli.add_typer(jobs_app, name="jobs")
     cli.command("worker")(worker)
     cli.command("simulate")(simulate)
+    cli.command("chaos")(chaos)
     return cli
 
 

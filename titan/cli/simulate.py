@@ -62,6 +62,19 @@ def simulate(
     model: Annotated[
         str, typer.Option(help="The model name it lists and answers as.")
     ] = "simulated",
+    max_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Answers at once; more wait their turn, as at an engine's batch limit."
+        ),
+    ] = None,
+    allow_fault_control: Annotated[
+        bool,
+        typer.Option(
+            help="Serve POST /simulation/faults (chaos runs inject faults through it). Anyone "
+            "who reaches the port can then break this backend: for tests only."
+        ),
+    ] = False,
 ) -> None:
     """Serve a simulated OpenAI-compatible upstream: latency, spikes, errors, stalls, outages."""
     try:
@@ -76,7 +89,9 @@ def simulate(
     from titan.simulate.server import create_simulator_app
 
     config = uvicorn.Config(
-        create_simulator_app(loaded, model),
+        create_simulator_app(
+            loaded, model, max_concurrency=max_concurrency, allow_fault_control=allow_fault_control
+        ),
         host=host,
         port=port,
         loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",

@@ -18,6 +18,7 @@ class SimulationCounters:
     num_stalls: int = 0
     num_active: int = 0  # answers under way, streaming or not
     num_active_streams: int = 0
+    num_queued: int = 0  # answers waiting for a slot (max_concurrency), counted in num_active
     num_cancelled: int = 0  # the client went away before the answer ended
     num_completed: int = 0
 
@@ -43,6 +44,7 @@ class SimulationCounters:
             "stalls": self.num_stalls,
             "active": self.num_active,
             "active_streams": self.num_active_streams,
+            "queued": self.num_queued,
             "cancelled": self.num_cancelled,
             "completed": self.num_completed,
         }

@@ -14,6 +14,11 @@ How it fails, as a client sees it:
   closes it when an app returns with its response unfinished (and logs an error line saying so);
 - an outage without a status that begins while an answer is under way cuts it the same way, after
   the chunks already sent.
+
+Two options of ``create_simulator_app`` serve chaos runs: ``max_concurrency`` (answers beyond it
+wait their turn, first come first served, as in an engine at its batch limit; their plans start
+when they get a slot) and ``allow_fault_control`` (``/simulation/faults``: faults injected from
+now for a while, see ``titan.simulate.faults``). Both are off unless asked for.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -42,6 +48,7 @@ from titan.simulate.behaviour import (
     retry_after_header,
 )
 from titan.simulate.counters import SimulationCounters
+from titan.simulate.faults import RUNTIME_FAULT, FaultBoard
 from titan.simulate.pacing import ConnectionCut, Pacer
 from titan.simulate.wire import (
     AnswerHead,
@@ -123,15 +130,36 @@ class _Job:
     include_usage: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Order:
+    """A planned answer not yet started: its job (and the pacer's clock) begins when made."""
+
+    plan: RequestPlan
+    head: AnswerHead
+    num_prompt_tokens: int
+    include_usage: bool
+
+    def start(self) -> _Job:
+        pacer = Pacer(self.plan)  # the plan's times count from here
+        return _Job(pacer, self.plan, self.head, self.num_prompt_tokens, self.include_usage)
+
+
 class _Simulator:
     """The server's state: one simulation, its counters, the model it answers as."""
 
     def __init__(
-        self, profile: SimulationProfile, model_name: str, now: Callable[[], float] | None
+        self,
+        profile: SimulationProfile,
+        model_name: str,
+        now: Callable[[], float] | None,
+        max_concurrency: int | None = None,
     ):
         self.simulation = Simulation(profile, now)
         self.counters = SimulationCounters()
         self.model_name = model_name
+        # Injected faults reshape the plans; their own seed keeps the profile's draws intact.
+        self.faults = FaultBoard(self.simulation.now, seed=profile.seed + 1)
+        self.slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -149,15 +177,38 @@ class _Simulator:
         return await self._answer(request, "completion")
 
     async def models(self, request: Request) -> ASGIApp:
-        failure = self.simulation.unavailability()
+        failure = self._unavailability()
         if failure is not None:
             return _failure_response(failure)
         card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "simulated"}
         return _json({"object": "list", "data": [card]})
 
     async def health(self, request: Request) -> ASGIApp:
-        failure = self.simulation.unavailability()
+        failure = self._unavailability()
         return _json({"status": "ok"}) if failure is None else _failure_response(failure)
+
+    def _unavailability(self) -> Failure | None:
+        return self.simulation.unavailability() or self.faults.unavailability()
+
+    # ---- fault control (only routed with allow_fault_control) ----------------------------
+
+    async def inject_fault(self, request: Request) -> ASGIApp:
+        try:
+            fault = RUNTIME_FAULT.validate_json(await request.body())
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'the fault'}: {error['msg']}"
+                for error in exc.errors(include_url=False)
+            )
+            return _json(error_body(f"Invalid fault: {problems}", 400), 400)
+        return _json(self.faults.inject(fault).as_dict())
+
+    async def list_faults(self, request: Request) -> ASGIApp:
+        active = [fault.as_dict() for fault in self.faults.active()]
+        return _json({"now_s": self.simulation.now(), "active": active})
+
+    async def clear_faults(self, request: Request) -> ASGIApp:
+        return _json({"cleared": self.faults.clear()})
 
     async def stats(self, request: Request) -> ASGIApp:
         return _json(self.counters.as_dict())
@@ -172,20 +223,41 @@ class _Simulator:
         if not isinstance(body, dict) or ("messages" not in body and "prompt" not in body):
             message = "The body must be a JSON object with 'messages' or 'prompt'."
             return _json(error_body(message, 400), 400)
-        plan = self.simulation.plan(requested_max_tokens(body))
+        plan = self.faults.shape(self.simulation.plan(requested_max_tokens(body)))
         self.counters.record_plan(plan)
         if plan.failure is not None:
             return _failure_response(plan.failure)
         model = body.get("model")
-        job = _Job(
-            pacer=Pacer(plan),  # the plan's times count from here, the arrival
+        order = _Order(
             plan=plan,
             head=AnswerHead.new(endpoint, model if isinstance(model, str) else self.model_name),
             num_prompt_tokens=estimate_prompt_tokens(body),
             include_usage=wants_usage(body),
         )
         answer = self._stream if wants_stream(body) else self._whole
-        return _UnlessDisconnected(functools.partial(answer, job=job), self.counters)
+        if self.slots is None:
+            work = functools.partial(answer, job=order.start())  # times count from the arrival
+        else:
+            work = functools.partial(self._in_turn, order=order, answer=answer, slots=self.slots)
+        return _UnlessDisconnected(work, self.counters)
+
+    async def _in_turn(
+        self,
+        send: Send,
+        order: _Order,
+        answer: Callable[..., Coroutine[Any, Any, None]],
+        slots: asyncio.Semaphore,
+    ) -> None:
+        """Waits for a slot (first come, first served), then answers; times count from then."""
+        self.counters.num_queued += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.counters.num_queued -= 1
+        try:
+            await answer(send, job=order.start())
+        finally:
+            slots.release()
 
     async def _whole(self, send: Send, job: _Job) -> None:
         plan = job.plan
@@ -265,10 +337,14 @@ def create_simulator_app(
     model_name: str = "simulated",
     *,
     now: Callable[[], float] | None = None,
+    max_concurrency: int | None = None,
+    allow_fault_control: bool = False,
 ) -> Starlette:
     """The simulator as an ASGI app. ``now``: seconds since start (default: a monotonic clock
-    restarted when the app starts); tests inject one to move through outage windows."""
-    simulator = _Simulator(profile, model_name, now)
+    restarted when the app starts); tests inject one to move through outage windows.
+    ``max_concurrency``: answers at once (None: no limit); ``allow_fault_control``: serve
+    ``/simulation/faults`` (anyone who can reach the port can then break the backend)."""
+    simulator = _Simulator(profile, model_name, now, max_concurrency)
     routes = [
         Route("/v1/chat/completions", simulator.chat, methods=["POST"]),
         Route("/v1/completions", simulator.completions, methods=["POST"]),
@@ -276,6 +352,12 @@ def create_simulator_app(
         Route("/health", simulator.health, methods=["GET"]),
         Route("/stats", simulator.stats, methods=["GET"]),
     ]
+    if allow_fault_control:
+        routes += [
+            Route("/simulation/faults", simulator.inject_fault, methods=["POST"]),
+            Route("/simulation/faults", simulator.list_faults, methods=["GET"]),
+            Route("/simulation/faults", simulator.clear_faults, methods=["DELETE"]),
+        ]
     app = Starlette(routes=routes, lifespan=simulator.lifespan)
     app.state.simulator = simulator
     return app
