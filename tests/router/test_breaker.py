@@ -118,3 +118,15 @@ def test_probes_feed_it():
     clock.t = 10.0
     breaker.record_probe(is_healthy=True)
     assert breaker.state == BreakerState.CLOSED
+
+
+def test_late_failures_while_open_neither_extend_it_nor_count_as_openings():
+    breaker, clock = make()
+    for _ in range(3):
+        breaker.record_failure()
+    clock.t = 5.0
+    for _ in range(5):  # requests sent before it opened, failing now
+        breaker.record_failure()
+    assert breaker.num_openings == 1
+    clock.t = 10.0  # the open period still ends 10 s after it opened
+    assert breaker.state == BreakerState.HALF_OPEN

@@ -152,9 +152,24 @@ def test_peak_ewma_jumps_to_a_spike_and_decays_back():
     latency.update(0.02)
     latency.update(0.40)  # a spike: believed at once
     assert latency.value == 0.40
-    clock[0] = 5.0  # long after: the next normal sample pulls it almost all the way back
+    clock[0] = 0.5  # soon after, a normal sample pulls it part of the way back
     latency.update(0.02)
-    assert 0.02 < latency.value < 0.03
+    assert 0.02 < latency.value < 0.40
+    clock[0] = 5.5  # long after, with no sample: it has decayed, and the replica is tried again
+    assert latency.value < 0.002
+    latency.update(0.02)
+    assert latency.value == 0.02
+
+
+def test_p2c_tries_a_replica_again_once_its_spike_has_decayed():
+    clock = [0.0]
+    spiky, steady = deployment("spiky"), deployment("steady")
+    for state in (spiky, steady):
+        state.latency = PeakEwma(lambda: clock[0], decay_s=1.0)
+    spiky.latency.update(0.4)
+    clock[0] = 4.0  # no request went to the spiky one since; the steady one kept answering
+    steady.latency.update(0.02)
+    assert choose([spiky, steady], RoutingConfig(), random.Random(0)) is spiky
 
 
 def test_p2c_steers_around_a_replica_right_after_a_spike():

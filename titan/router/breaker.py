@@ -70,8 +70,13 @@ class CircuitBreaker:
             )
 
     def record_failure(self) -> None:
+        state = self.state
+        if state == BreakerState.OPEN:
+            # Requests sent before it opened, failing late: already acted on. Re-opening would
+            # stretch the open period and count one outage as several openings.
+            return
         self._consecutive_errors += 1
-        if self.state == BreakerState.HALF_OPEN:
+        if state == BreakerState.HALF_OPEN:
             self._open("a half-open trial failed")
             return
         self.window.record(False)

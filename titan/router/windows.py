@@ -15,10 +15,12 @@ Clock = Callable[[], float]
 
 
 class PeakEwma:
-    """A latency estimate that jumps up to a slow sample at once and decays back over time
-    (Finagle's peak EWMA): one spike makes a replica look slow right away, so load balancing
-    steers around a replica with latency spikes instead of averaging them away. None until the
-    first sample."""
+    """A latency estimate that jumps up to a slow sample at once and decays over time (Finagle's
+    peak EWMA): one spike makes a replica look slow right away, so load balancing steers around
+    a replica with latency spikes instead of averaging them away. It decays on read too, toward
+    zero while no sample comes: a replica avoided after a spike looks cheap again within a few
+    ``decay_s`` and gets a request that measures it, instead of being starved for good. None
+    until the first sample."""
 
     def __init__(self, now: Clock, decay_s: float = 2.0):
         self._now = now
@@ -28,15 +30,18 @@ class PeakEwma:
 
     @property
     def value(self) -> float | None:
-        return self._value
+        if self._value is None:
+            return None
+        return self._value * math.exp(-(self._now() - self._at) / self.decay_s)
 
     def update(self, sample: float) -> None:
         now = self._now()
-        if self._value is None or sample >= self._value:
+        if self._value is None:
             self._value = sample
         else:
             keep = math.exp(-(now - self._at) / self.decay_s)
-            self._value = self._value * keep + sample * (1.0 - keep)
+            is_peak = sample >= self._value * keep
+            self._value = sample if is_peak else self._value * keep + sample * (1.0 - keep)
         self._at = now
 
 
