@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from titan.cli.bench_url import BenchGroup, loadgen, register
+from titan.cli.plan import planner
 
 bench_app = typer.Typer(
     cls=BenchGroup,
@@ -393,3 +394,4 @@ def observability(
 
 register(bench_app)  # titan bench http://… [options]: any OpenAI-compatible endpoint
 bench_app.command("loadgen")(loadgen)
+bench_app.command("planner")(planner)

@@ -15,6 +15,7 @@ from titan.cli.chaos import chaos
 from titan.cli.config import config_app
 from titan.cli.jobs import jobs_app
 from titan.cli.keys import keys_app
+from titan.cli.plan import plan
 from titan.cli.simulate import simulate
 from titan.cli.worker import worker
 from titan.config import TitanConfig, gateway, loading
@@ -321,6 +322,7 @@ def build_cli() -> typer.Typer:
     cli.command("worker")(worker)
     cli.command("simulate")(simulate)
     cli.command("chaos")(chaos)
+    cli.command("plan")(plan)
     return cli
 
 
