@@ -8,7 +8,6 @@ are bounded: models come from the config (or the upstream's list), tenants from 
 from __future__ import annotations
 
 import bisect
-import collections
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -221,18 +220,21 @@ def observe_one(histogram: Any, value: float) -> None:
 
 def observe_many(histogram: Any, values: list[float]) -> None:
     """``observe`` of each value, with one increment per bucket found by bisection: the
-    client's own observe scans the buckets in Python (25 of them here), and a stream's token
-    gaps are counted in one pass when it ends. Uses the client's bucket list when it has one
-    (it has since 0.4), else observes one by one."""
+    client's own observe scans the buckets in Python (25 of them here) and takes a lock per
+    value, and a stream's token gaps are counted in one pass when it ends. Uses the client's
+    bucket list when it has one (it has since 0.4), else observes one by one."""
     buckets = getattr(histogram, "_buckets", None)
     bounds = getattr(histogram, "_upper_bounds", None)
     if buckets is None or bounds is None:
         for value in values:
             histogram.observe(value)
         return
-    counts = collections.Counter(bisect.bisect_left(bounds, value) for value in values)
-    for index, count in counts.items():
-        buckets[index].inc(count)
+    counts = [0] * len(buckets)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1
+    for index, count in enumerate(counts):
+        if count:
+            buckets[index].inc(count)
     histogram._sum.inc(sum(values))
 
 
