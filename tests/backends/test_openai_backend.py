@@ -468,3 +468,19 @@ async def test_identity_lifecycle_and_stats(upstream: FakeUpstream):
         "num_timeouts": 0,
         "num_errors_by_status": {"422": 1},
     }
+
+
+async def test_the_trace_context_goes_upstream(upstream: FakeUpstream, backend: OpenAIBackend):
+    upstream.will_answer(Canned.json(VLLM.completion), Canned.json(VLLM.completion))
+    traced = request(CHAT)
+    traced = ClientRequest(traced.endpoint, traced.parsed, traced.body, request_id="req-2",
+                           headers={"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                                    "00f067aa0ba902b7-01", "tracestate": "vendor=1",
+                                    "x-titan-session": "s"})  # fmt: skip
+    await backend.complete(traced)
+    await backend.complete(request(CHAT))
+    with_context, without = upstream.received
+    assert with_context.headers["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+    assert with_context.headers["tracestate"] == "vendor=1"
+    assert "x-titan-session" not in with_context.headers  # Titan's own headers stay here
+    assert "traceparent" not in without.headers

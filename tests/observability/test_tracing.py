@@ -92,3 +92,19 @@ def test_tracing_off_is_a_no_op():
     with tracer.span("anything", a=1) as span:
         assert span is None
     assert not tracer.is_on and tracer.trace_id(None) is None
+
+
+async def test_the_attempts_span_goes_upstream_as_the_traceparent(traced_pipeline, monkeypatch):
+    pipeline, exporter = traced_pipeline
+    (backend,) = pipeline.backends()
+    sent = []
+    original = backend.complete
+
+    async def recording(upstream_request):
+        sent.append(upstream_request)
+        return await original(upstream_request)
+
+    monkeypatch.setattr(backend, "complete", recording)
+    await pipeline.complete(request({"traceparent": TRACEPARENT}))
+    (attempt,) = [span for span in exporter.spans if span.name == "titan.attempt"]
+    assert sent[0].headers["traceparent"] == f"00-{PARENT_TRACE}-{attempt.span_id:016x}-01"

@@ -54,6 +54,16 @@ DRAIN_AFTER_DONE_S = 1.0
 _PATHS = {"chat": "/chat/completions", "completion": "/completions"}
 _JSON_HEADERS = {"Content-Type": "application/json"}
 _STREAM_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+# W3C trace context, forwarded to the upstream: Titan's attempt span when Titan traces the
+# request, else the caller's own (an intermediary that does not trace passes it on).
+_TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def _with_trace_context(headers: dict[str, str], request: ClientRequest) -> dict[str, str]:
+    context = {name: request.headers[name] for name in _TRACE_HEADERS if name in request.headers}
+    return {**headers, **context} if context else headers
+
+
 # Failures of the connection or the protocol, as opposed to the upstream's own refusals.
 _TRANSPORT_FAILURES = (TimeoutError, aiohttp.ClientError, SSEProtocolError)
 # Fast pre-check before decoding a chunk: an error object always has this key or value.
@@ -185,7 +195,7 @@ class OpenAIBackend:
             async with session.post(
                 self._urls[request.endpoint],
                 data=payload,
-                headers=_JSON_HEADERS,
+                headers=_with_trace_context(_JSON_HEADERS, request),
                 timeout=self._complete_timeout,
                 allow_redirects=False,
             ) as response:
@@ -210,7 +220,7 @@ class OpenAIBackend:
             async with session.post(
                 self._urls[request.endpoint],
                 data=payload,
-                headers=_STREAM_HEADERS,
+                headers=_with_trace_context(_STREAM_HEADERS, request),
                 timeout=self._stream_timeout,
                 allow_redirects=False,
             ) as response:

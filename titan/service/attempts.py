@@ -11,6 +11,7 @@ fallback models are tried in order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -88,7 +89,7 @@ class AttemptRunner:
         deadline: float | None,
     ) -> Routed[Answer]:
         async def attempt(deployment: DeploymentState) -> Answer:
-            return await deployment.backend.complete(request)
+            return await deployment.backend.complete(self._propagated(request))
 
         return await self._run(model, traits, _Attempts(deadline), attempt, release=None)
 
@@ -102,7 +103,7 @@ class AttemptRunner:
         """A stream whose first chunk exists: every refusal was raised (or retried) before."""
 
         async def attempt(deployment: DeploymentState) -> tuple[Answer, AsyncIterator[Answer]]:
-            chunks = deployment.backend.stream(request)
+            chunks = deployment.backend.stream(self._propagated(request))
             try:
                 first = await anext(chunks)
             except StopAsyncIteration:
@@ -122,6 +123,15 @@ class AttemptRunner:
         deployment = self._deployment(routed)
         guarded = self._watched(first, chunks, deployment, deadline)
         return Routed(guarded, routed.model, routed.deployment, routed.num_attempts)
+
+    def _propagated(self, request: ClientRequest) -> ClientRequest:
+        """The request with this attempt's span as its ``traceparent`` (when traced), so that an
+        upstream that traces too (vLLM's --otlp-traces-endpoint) joins the request's trace."""
+        span = self.tracer.current_span()
+        if span is None:
+            return request
+        headers = {**request.headers, "traceparent": span.traceparent()}
+        return dataclasses.replace(request, headers=headers)
 
     def _deployment(self, routed: Routed[object]) -> DeploymentState:
         model = self.registry.models[routed.model]
