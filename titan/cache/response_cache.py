@@ -29,7 +29,9 @@ logger = logging.getLogger("titan.cache")
 
 EXACT, SEMANTIC = "exact", "semantic"
 # How often the semantic index picks up entries other replicas stored: their answers become
-# semantic hits here at most this late (exact hits are shared at once).
+# semantic hits here at most this late, plus one sync's round trip (exact hits are shared at
+# once). That bound holds while the replicas' clocks agree within CLOCK_SKEW_S (entries carry
+# their writer's wall clock) and fewer than SYNC_PAGE entries are stored in any CLOCK_SKEW_S.
 SYNC_INTERVAL_S = 2.0
 SYNC_PAGE = 10_000
 # How far the index's half-precision similarities may be from the exact ones.
@@ -110,11 +112,16 @@ class ResponseCache:
             # Replicas' clocks differ a little: look back a margin; known entries are skipped.
             since = max(0.0, self._cursor - CLOCK_SKEW_S)
             entries = await self.store.added_since(SEMANTIC, since, limit=SYNC_PAGE)
-            new = [entry for entry in entries if entry.key not in self._indexed]
-            for entry in new:
-                self._index(entry)
-                self._cursor = max(self._cursor, entry.created_at)
-            if len(entries) < SYNC_PAGE or not new:
+            for entry in entries:
+                if entry.key not in self._indexed:
+                    self._index(entry)
+            # Past every entry read, this replica's own included (indexed when stored): else each
+            # sync re-reads them all, and a page full of them hides what others added after.
+            previous = self._cursor
+            self._cursor = max([previous, *(entry.created_at for entry in entries)])
+            # A full page that moved the cursor has more after it; one that did not lies inside
+            # the look-back window and would be read again.
+            if len(entries) < SYNC_PAGE or self._cursor <= previous:
                 break
         for key, (scope, expires_at) in list(self._indexed.items()):
             if expires_at <= now:

@@ -280,12 +280,14 @@ class ResponsesService:
             sources=sources, summarized=history.summarized,
         )  # fmt: skip
         message = final["output"][-1]
+        if body.store:
+            # Stored before the last events: a client that has them may continue at once (on
+            # another replica, perhaps), or hang up, which would end this generator here.
+            answered = history.extended({"role": "assistant", "content": text})
+            await self.conversations.save(prepared.tenant, final, answered)
         yield stream.event("response.output_item.done", output_index=position, item=message)
         done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         yield stream.event(done, response=final)
-        if body.store:
-            answered = history.extended({"role": "assistant", "content": text})
-            await self.conversations.save(prepared.tenant, final, answered)
 
     async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
         tenant = await self.pipeline.gate.tenant_for(api_key)
