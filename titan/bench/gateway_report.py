@@ -4,7 +4,6 @@ as JSON in bench/out/."""
 
 from __future__ import annotations
 
-import platform
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,22 +35,12 @@ def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
 
 
 def versions(wrk: str | None, litellm: str | None) -> dict[str, str | None]:
-    from importlib import metadata
-
     from titan.bench.gateway_load import wrk_version
     from titan.bench.gateway_systems import litellm_version
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
+    from titan.bench.report import package_versions
 
     return {
-        "python": platform.python_version(),
-        "titan": version("titan"),
-        "aiohttp": version("aiohttp"),
-        "uvicorn": version("uvicorn"),
+        **package_versions("titan", "aiohttp", "uvicorn"),
         "litellm": litellm_version(litellm) if litellm else None,
         "wrk": wrk_version(wrk) if wrk else None,
     }

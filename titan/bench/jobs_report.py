@@ -84,20 +84,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def versions(sqlite_library: str, redis_server: str | None) -> dict[str, str]:
-    from importlib import metadata
+    from titan.bench.report import package_version, package_versions
 
-    from titan.bench.report import versions as base_versions
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    base = base_versions()
-    return {"python": base["python"], "titan": base["titan"], "sqlite": sqlite_library,
-            "redis-py": version("redis"), "redis_server": redis_server or "not used",
-            "httpx": version("httpx"), "uvicorn": version("uvicorn")}  # fmt: skip
+    return {**package_versions("titan"), "sqlite": sqlite_library,
+            "redis-py": package_version("redis"), "redis_server": redis_server or "not used",
+            "httpx": package_version("httpx"), "uvicorn": package_version("uvicorn")}  # fmt: skip
 
 
 # ---- the report ----------------------------------------------------------------------------

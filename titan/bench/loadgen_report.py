@@ -72,22 +72,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def versions(wrk: str | None) -> dict[str, str | None]:
-    import platform
-    from importlib import metadata
-
     from titan.bench.gateway_load import wrk_version
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
+    from titan.bench.report import package_versions
 
     return {
-        "python": platform.python_version(),
-        "titan": version("titan"),
-        "uvloop": version("uvloop"),
-        "uvicorn": version("uvicorn"),
+        **package_versions("titan", "uvloop", "uvicorn"),
         "wrk": wrk_version(wrk) if wrk else None,
     }
 

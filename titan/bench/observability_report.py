@@ -76,19 +76,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def versions(wrk: str | None) -> dict[str, str | None]:
-    import platform
-    from importlib import metadata
-
     from titan.bench.gateway_load import wrk_version
+    from titan.bench.report import package_versions
 
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    packages = ("titan", "prometheus-client", "orjson", "uvicorn")
-    return {"python": platform.python_version(), **{p: version(p) for p in packages},
+    return {**package_versions("titan", "prometheus-client", "orjson", "uvicorn"),
             "wrk": wrk_version(wrk) if wrk else None}  # fmt: skip
 
 

@@ -76,20 +76,20 @@ def machine_info(load_average_before: float) -> dict[str, Any]:
     }
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
 
 
+def package_versions(*packages: str) -> dict[str, str]:
+    """Python's version and each installed package's, for a benchmark's record."""
+    return {"python": platform.python_version(), **{p: package_version(p) for p in packages}}
+
+
 def versions() -> dict[str, str]:
-    return {
-        "python": platform.python_version(),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
-        "titan": _version("titan"),
-    }
+    return package_versions("torch", "transformers", "titan")
 
 
 def _ratio(value: float) -> str:

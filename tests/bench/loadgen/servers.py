@@ -1,55 +1,18 @@
-"""Servers for the load generator's tests: an ASGI app on a real uvicorn (uvloop, httptools) in a
-background thread, the simulator, and a tiny backend with a fixed capacity."""
+"""Servers for the load generator's tests: the simulator and a tiny backend with a fixed
+capacity, each on a real uvicorn in a background thread (tests/simulate/harness.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
-import uvicorn
 
+from tests.simulate.harness import serving
 from titan.config import SimulationProfile
 from titan.simulate.server import create_simulator_app
-
-STARTUP_TIMEOUT_S = 10
-
-
-@contextmanager
-def serving(app: Any, *, lifespan: str = "on") -> Iterator[str]:
-    """The base URL (``http://127.0.0.1:PORT``) of ``app`` served on a free port. uvloop, as in
-    production: asyncio's loop in a background thread delays answers by tens of ms."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        loop="uvloop",
-        http="httptools",
-        lifespan=lifespan,
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=STARTUP_TIMEOUT_S)
-        sock.close()
 
 
 @contextmanager
