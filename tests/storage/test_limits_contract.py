@@ -6,6 +6,7 @@ negligible rate, or assertions allow for the milliseconds a test takes.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import AsyncIterator
 
@@ -90,3 +91,22 @@ async def test_empty_acquire_and_settle(limits):
     assert (await limits.acquire([])).is_admitted
     await limits.settle([])
     await limits.release([], "x")
+
+
+async def test_renew_extends_live_leases_and_never_resurrects(limits):
+    """Real time on both stores: "a" outlives its first TTL only because it was renewed; "x"
+    expired, "gone" was released and "never" never existed, and renewing them changes nothing."""
+    s, o, r = ConcurrencySlot("s", 1), ConcurrencySlot("o", 1), ConcurrencySlot("r", 1)
+    assert (await limits.acquire([], [s], lease_id="a", lease_ttl_s=0.6)).is_admitted
+    assert (await limits.acquire([], [o], lease_id="x", lease_ttl_s=0.1)).is_admitted
+    assert (await limits.acquire([], [r], lease_id="gone", lease_ttl_s=60)).is_admitted
+    await limits.release([r], "gone")
+    await asyncio.sleep(0.35)  # "x" has expired (nothing has purged it yet)
+    await limits.renew([(s, "a"), (o, "x"), (r, "gone"), (s, "never")], 0.6)
+    await asyncio.sleep(0.35)  # past "a"'s first expiry, before its renewed one
+    assert not (await limits.acquire([], [s], lease_id="b")).is_admitted
+    assert (await limits.acquire([], [o], lease_id="y")).is_admitted
+    assert (await limits.acquire([], [r], lease_id="z")).is_admitted
+    await limits.release([s], "a")
+    assert (await limits.acquire([], [s], lease_id="b")).is_admitted  # "never" holds nothing
+    await limits.renew([], 1.0)

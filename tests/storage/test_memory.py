@@ -102,6 +102,21 @@ async def test_concurrency_limit_release_and_lease_expiry(limits, clock):
     assert (await limits.acquire([], [slot], lease_id="d")).is_admitted
 
 
+async def test_renew_extends_a_live_lease_only(limits, clock):
+    slot = ConcurrencySlot("c", limit=1)
+    assert (await limits.acquire([], [slot], lease_id="a", lease_ttl_s=10)).is_admitted
+    for _ in range(5):  # 40 s on a 10 s lease, renewed every 8 s
+        clock.t += 8
+        await limits.renew([(slot, "a")], 10)
+    assert not (await limits.acquire([], [slot], lease_id="b")).is_admitted
+    clock.t += 10  # not renewed any more: it expires exactly at its TTL
+    await limits.renew([(slot, "a")], 10)  # too late: an expired lease stays gone
+    assert (await limits.acquire([], [slot], lease_id="b", lease_ttl_s=10)).is_admitted
+    await limits.release([slot], "b")
+    await limits.renew([(slot, "b"), (ConcurrencySlot("unseen", 1), "b")], 10)
+    assert (await limits.acquire([], [slot], lease_id="c")).is_admitted  # "b" stays released
+
+
 async def test_slots_need_a_lease_id(limits):
     with pytest.raises(ValueError, match="lease_id"):
         await limits.acquire([], [ConcurrencySlot("c", 1)])

@@ -56,6 +56,24 @@ async def test_lease_expires_at_its_ttl_and_keys_expire(clients, redis_prefix):
     assert 2_000 < await clients[0].pttl(f"{redis_prefix}bucket:b") <= 3_000
 
 
+async def test_renewal_keeps_the_zset_alive_as_long_as_its_longest_lease(clients, redis_prefix):
+    limits = RedisLimits(clients[0], prefix=redis_prefix)
+    slot, key = ConcurrencySlot("c", limit=3), f"{redis_prefix}lease:c"
+    assert (await limits.acquire([], [slot], lease_id="a", lease_ttl_s=5)).is_admitted
+    assert (await limits.acquire([], [slot], lease_id="b", lease_ttl_s=5)).is_admitted
+    assert 5_000 < await clients[0].pttl(key) <= 6_000
+    await limits.renew([(slot, "a")], 30)
+    assert 30_000 < await clients[0].pttl(key) <= 31_000
+    await limits.renew([(slot, "b")], 2)  # "a" is still the longest: the key keeps its TTL
+    assert 29_000 < await clients[0].pttl(key) <= 31_000
+    # A renewal that finds only expired leases purges them and leaves no key behind.
+    gone = ConcurrencySlot("gone", limit=1)
+    assert (await limits.acquire([], [gone], lease_id="x", lease_ttl_s=0.05)).is_admitted
+    await asyncio.sleep(0.1)
+    await limits.renew([(gone, "x")], 30)
+    assert not await clients[0].exists(f"{redis_prefix}lease:gone")
+
+
 async def test_documents(clients, redis_prefix):
     docs = RedisDocuments(clients[0], prefix=redis_prefix)
     await docs.put("keys", "b", {"n": 2, "nested": [1, None]})

@@ -57,8 +57,11 @@ class AdmissionConfig(Settings):
     # predicted wait exceeds it, dropped when it passes while queued.
     default_deadline_s: float = Field(60.0, gt=0)
     default_priority: Priority = "normal"
-    # Concurrency slots of a request on a replica that died are freed after this.
-    lease_ttl_s: float = Field(900.0, gt=0)
+    # Concurrency slots are leases of this length, renewed every third of it while their request
+    # runs: a replica that dies frees its slots within this time, however long its requests were.
+    # At least 3 s (a renewal a second at most); a store outage longer than 2/3 of it lets the
+    # leases lapse, so other replicas may over-admit until it ends.
+    lease_ttl_s: float = Field(30.0, ge=3)
     # Tokens/min limits reserve the prompt plus max_tokens; a request without max_tokens reserves
     # this many output tokens (settled with the actual count afterwards).
     reserved_output_tokens: int = Field(256, ge=1)

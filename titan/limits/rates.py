@@ -5,19 +5,30 @@ A request reserves ``1`` from every requests/min bucket and its estimated tokens
 max_tokens) from every tokens/min bucket that applies to it (its key, its tenant, its model, or its
 client IP without a key), plus a concurrency lease on every concurrency limit, in one atomic store
 call. After the answer, the token buckets are settled with the actual usage.
+
+Concurrency leases are short (``lease_ttl_s``, 30 s by default) and renewed while their request
+runs: every ``lease_ttl_s / 3`` the limiter renews all of its live leases in one store call. A
+replica that dies stops renewing, so its slots free themselves within ``lease_ttl_s`` however long
+its requests would have run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from titan.config.admission import Limits
 from titan.errors import RateLimitError
 from titan.storage.base import Bucket, ConcurrencySlot, LimitStore, Settlement
 
+logger = logging.getLogger("titan.limits")
+
 SECONDS_PER_MINUTE = 60.0
+DEFAULT_LEASE_TTL_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,7 @@ def _headers(drawn: Sequence[_Drawn], remaining: Sequence[float]) -> dict[str, s
     return headers
 
 
-@dataclass
+@dataclass(eq=False)  # identity: live reservations are kept in a WeakSet
 class Reservation:
     """What a request holds while it runs: settle once with the actual tokens, then release."""
 
@@ -82,12 +93,17 @@ class Reservation:
     reserved_tokens: int
     headers: dict[str, str]
     is_released: bool = False
+    # The limiter's set of leases to renew; leaving it first means a release that fails still
+    # frees the slots within one lease TTL.
+    renewed_in: weakref.WeakSet[Reservation] | None = field(default=None, repr=False)
 
     async def finish(self, actual_tokens: int | None) -> None:
         """Settle the token buckets (None: the reservation stands) and free the slots."""
         if self.is_released:
             return
         self.is_released = True
+        if self.renewed_in is not None:
+            self.renewed_in.discard(self)
         try:
             if actual_tokens is not None and actual_tokens != self.reserved_tokens:
                 delta = float(self.reserved_tokens - actual_tokens)
@@ -102,10 +118,68 @@ class Reservation:
 
 
 class RateLimiter:
-    def __init__(self, store: LimitStore, *, lease_ttl_s: float = 900.0, prefix: str = "rl"):
+    """Reserves limits for requests and keeps their concurrency leases alive: ``start`` runs the
+    renewal loop (every ``lease_ttl_s / 3``), ``close`` stops it."""
+
+    def __init__(
+        self, store: LimitStore, *, lease_ttl_s: float = DEFAULT_LEASE_TTL_S, prefix: str = "rl"
+    ):
+        if not lease_ttl_s > 0:
+            raise ValueError(f"lease_ttl_s must be positive, not {lease_ttl_s}")
         self.store = store
         self.lease_ttl_s = lease_ttl_s
         self.prefix = prefix
+        # Reservations holding slots, until finished. Weak: one that nobody can finish any more
+        # (a leak) is dropped with its last reference, and its leases lapse instead of living on.
+        self._held: weakref.WeakSet[Reservation] = weakref.WeakSet()
+        self._renewer: asyncio.Task[None] | None = None
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease_ttl_s / 3
+
+    @property
+    def num_held(self) -> int:
+        """Reservations whose leases this limiter renews."""
+        return len(self._held)
+
+    async def renew_leases(self) -> int:
+        """Renew every lease of the unfinished reservations in one store call; how many."""
+        leases = [(slot, r.lease_id) for r in list(self._held) for slot in r.slots]
+        if leases:
+            await self.store.renew(leases, self.lease_ttl_s)
+        return len(leases)
+
+    def start(self) -> None:
+        if self._renewer is None:
+            self._renewer = asyncio.create_task(self._renew_periodically(), name="lease-renewal")
+
+    async def close(self) -> None:
+        """Stop renewing; leases still held lapse within ``lease_ttl_s``."""
+        task, self._renewer = self._renewer, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _renew_periodically(self) -> None:
+        is_failing = False
+        while True:
+            await asyncio.sleep(self.renew_interval_s)
+            try:
+                await self.renew_leases()
+            except Exception:  # the store is down: keep trying; one log line per outage
+                if not is_failing:
+                    logger.exception(
+                        "renewing concurrency leases failed; retrying every %.1f s (leases "
+                        "lapse %.0f s after their last renewal)",
+                        self.renew_interval_s,
+                        self.lease_ttl_s,
+                    )
+                is_failing = True
+                continue
+            if is_failing:
+                logger.info("renewing concurrency leases works again")
+                is_failing = False
 
     def _draws(self, scopes: Sequence[Scope], tokens: int) -> list[_Drawn]:
         drawn = []
@@ -152,9 +226,13 @@ class RateLimiter:
         )
         headers = _headers(drawn, decision.remaining)
         if decision.is_admitted:
-            return Reservation(
+            reservation = Reservation(
                 self.store, tuple(drawn), tuple(s for _, s in slots), lease_id, tokens, headers
             )
+            if slots:
+                reservation.renewed_in = self._held
+                self._held.add(reservation)
+            return reservation
         if decision.refused_bucket is not None:
             d = drawn[decision.refused_bucket]
             per = "requests" if d.kind == "requests" else "tokens"

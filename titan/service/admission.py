@@ -111,6 +111,7 @@ class Gatekeeper:
                 )
         self._watch_gauges()
         self.pending_usage.start()
+        self.limiter.start()  # renews the concurrency leases of running requests
         await self.refresh_auth()
         host = self.config.server.host
         is_open = not self.is_auth_on and not self.config.auth.allow_unauthenticated
@@ -132,6 +133,7 @@ class Gatekeeper:
             level.set_function(lambda c=controller: c.level)
 
     async def close(self) -> None:
+        await self.limiter.close()
         await self.pending_usage.close()  # the last usage reaches the store
 
     async def refresh_auth(self) -> None:

@@ -11,9 +11,14 @@ Limit semantics (the same bits in every store):
   refilling at 1/s; each request costs 1. ``tokens/min`` buckets cost the reserved tokens.
 - ``acquire`` is all or nothing: it refills every bucket to ``now``, and only if every bucket holds
   at least its ``cost`` and every concurrency key has fewer than ``limit`` live leases does it take
-  the costs and add a lease (``lease_id``, live until ``lease_expires_at`` or ``release``).
+  the costs and add a lease (``lease_id``, live for ``lease_ttl_s`` unless renewed, or until
+  ``release``).
   Otherwise it changes nothing and says which bucket or concurrency key refused first and when a
   retry could succeed.
+- ``renew`` pushes the expiry of each given lease that is still live to ``now + lease_ttl_s``. A
+  lease already released or expired stays gone (Redis: ``ZADD XX`` after purging the expired), so
+  a late renewal never takes a slot back. Owners renew their running requests' leases every
+  ``lease_ttl_s / 3``; a dead owner's leases lapse within ``lease_ttl_s``.
 - ``settle`` adds ``delta`` tokens to a bucket after the fact (positive: refund an over-estimate;
   negative: charge actual usage beyond the reservation, possibly below zero, which is debt the
   refill pays back). The result is capped at ``capacity``.
@@ -84,6 +89,12 @@ class LimitStore(Protocol):
     async def settle(self, settlements: Sequence[Settlement]) -> None: ...
 
     async def release(self, slots: Sequence[ConcurrencySlot], lease_id: str) -> None: ...
+
+    async def renew(
+        self, leases: Sequence[tuple[ConcurrencySlot, str]], lease_ttl_s: float
+    ) -> None:
+        """Extend each live (slot, lease_id) to ``now + lease_ttl_s``, in one round trip."""
+        ...
 
     async def peek(self, buckets: Sequence[Bucket]) -> tuple[float, ...]:
         """Each bucket's tokens now (refilled), changing nothing."""

@@ -119,6 +119,16 @@ class MemoryLimits:
             if leases is not None:
                 leases.pop(lease_id, None)
 
+    async def renew(
+        self, leases: Sequence[tuple[ConcurrencySlot, str]], lease_ttl_s: float
+    ) -> None:
+        now = self._now()
+        for slot, lease_id in leases:
+            held = self._leases.get(slot.key)
+            # Only a live lease is extended: a released or expired one stays gone.
+            if held is not None and held.get(lease_id, now) > now:
+                held[lease_id] = now + lease_ttl_s
+
     async def peek(self, buckets: Sequence[Bucket]) -> tuple[float, ...]:
         now = self._now()
         return tuple(self._level(bucket, now) for bucket in buckets)

@@ -103,6 +103,31 @@ return reply
 """
 )
 
+# KEYS: slot keys (each once). ARGV: lease_ttl_s, then per key: the number of its leases, then
+# their ids. Expired leases are purged first and ZADD XX only updates members still there, so a
+# lease released or expired stays gone; the zset then lives as long as its longest lease.
+RENEW = (
+    LUA_COMMON
+    + """
+local ttl, a = arg(1), 1
+local expires_at = fmt(now + ttl)
+for j = 1, #KEYS do
+  local key, n = KEYS[j], arg(a + 1)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+  for i = a + 2, a + 1 + n do
+    redis.call('ZADD', key, 'XX', expires_at, ARGV[i])
+  end
+  a = a + 1 + n
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    local ms = math.ceil((tonumber(last[2]) - now) * 1000) + 1000
+    redis.call('PEXPIRE', key, string.format('%.0f', ms))
+  end
+end
+return 1
+"""
+)
+
 # KEYS: bucket keys. ARGV: (capacity, refill_per_s, delta) per bucket.
 SETTLE = (
     LUA_COMMON
@@ -155,6 +180,7 @@ class RedisLimits:
         self._acquire = client.register_script(ACQUIRE)
         self._settle = client.register_script(SETTLE)
         self._peek = client.register_script(PEEK)
+        self._renew = client.register_script(RENEW)
 
     def _bucket_key(self, key: str) -> str:
         return f"{self._prefix}bucket:{key}"
@@ -204,6 +230,20 @@ class RedisLimits:
             for slot in slots:
                 pipe.zrem(self._slot_key(slot.key), lease_id)
             await pipe.execute()
+
+    async def renew(
+        self, leases: Sequence[tuple[ConcurrencySlot, str]], lease_ttl_s: float
+    ) -> None:
+        """One script call for every lease of the round, however many slots they span."""
+        if not leases:
+            return
+        by_key: dict[str, list[str]] = {}
+        for slot, lease_id in leases:
+            by_key.setdefault(self._slot_key(slot.key), []).append(lease_id)
+        args: list[Any] = [_repr(lease_ttl_s)]
+        for lease_ids in by_key.values():
+            args += [len(lease_ids), *lease_ids]
+        await self._renew(keys=list(by_key), args=args)
 
     async def peek(self, buckets: Sequence[Bucket]) -> tuple[float, ...]:
         if not buckets:

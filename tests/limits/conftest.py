@@ -1,0 +1,3 @@
+from tests.redis_server import redis_prefix, redis_server, redis_url
+
+__all__ = ["redis_prefix", "redis_server", "redis_url"]
