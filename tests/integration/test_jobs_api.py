@@ -144,3 +144,16 @@ def test_cancelling_a_running_job_aborts_the_engine_request():
         stats = engine()
         assert stats["num_running"] == 0 and stats["num_requests_aborted"] == 1
         assert stats["num_generated_tokens"] < 4000
+
+
+def test_a_gateway_without_a_worker_exports_the_queue_depth():
+    """What an autoscaler of `titan worker` reads: the queued jobs, from a gateway that runs
+    none itself (jobs.workers: 0)."""
+    with running_titan(simulated(workers=0)) as titan, httpx.Client(base_url=titan) as client:
+        for index in range(3):
+            body = {**CHAT, "messages": [{"role": "user", "content": f"job {index}"}]}
+            assert client.post("/v1/jobs", json={"body": body}).status_code == 202
+        deadline = time.monotonic() + 15
+        while 'titan_jobs{state="queued"} 3.0' not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, client.get("/metrics").text[-2000:]
+            time.sleep(0.2)

@@ -168,6 +168,15 @@ async def test_an_open_bind_without_keys_is_refused_unless_allowed():
     assert keyed.gate.is_auth_on  # type: ignore[union-attr]
     await keyed.shutdown()
 
+    # A master key and no key yet (a fresh deployment): it starts, and lets nobody in but the
+    # admin API, through which the first key is made.
+    fresh = Pipeline(config(master_key="sk-master-0123456789abcdef"), storage=memory())
+    await fresh.start()
+    assert fresh.gate.is_auth_on  # type: ignore[union-attr]
+    with pytest.raises(AuthenticationError, match="didn't provide an API key"):
+        await fresh.complete(request())
+    await fresh.shutdown()
+
 
 async def test_the_cache_field_is_titans_own_and_never_reaches_the_upstream():
     bodies: list[dict] = []

@@ -100,7 +100,8 @@ class Gatekeeper:
 
     async def start(self, models: dict[str, int | None]) -> None:
         """``models``: each served model's concurrency cap (None: no queue). Refuses to serve a
-        non-loopback address without keys unless the config allows it."""
+        non-loopback address without keys unless the config allows it or has a master key (then
+        every request needs a key, the first one made through /admin/keys)."""
         admission = self.config.admission
         for name, capacity in models.items():
             self.queues[name] = AdmissionQueue(name, capacity, admission.max_queue, now=self._now)
@@ -115,7 +116,11 @@ class Gatekeeper:
         await self.refresh_auth()
         host = self.config.server.host
         is_open = not self.is_auth_on and not self.config.auth.allow_unauthenticated
-        if is_open and not is_loopback(host):
+        if is_open and not is_loopback(host) and self.config.auth.master_key is not None:
+            # A fresh deployment: its first key comes through /admin/keys; until then nobody
+            # else gets in (rather than refusing to start, which would crash-loop the pods).
+            self.is_auth_on = True
+        elif is_open and not is_loopback(host):
             raise AuthenticationError(
                 f"Refusing to serve {host} without API keys: create one with "
                 "`titan keys create --tenant NAME`, or set auth.allow_unauthenticated: true "

@@ -174,8 +174,14 @@ class JobsService:
             may_start=self._may_start, on_finished=self._finished,
         )  # fmt: skip
         self.worker.start()
-        self._purging = asyncio.create_task(self._purge_loop())
+        self.start_upkeep()
         return self.worker
+
+    def start_upkeep(self) -> None:
+        """Purging expired jobs and the jobs-by-state gauge, in every process with a queue: a
+        gateway without an in-process worker still exports the queue depth autoscalers read."""
+        if self._purging is None:
+            self._purging = asyncio.create_task(self._purge_loop())
 
     async def stop(self) -> None:
         if self._purging is not None:

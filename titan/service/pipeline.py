@@ -146,11 +146,15 @@ class Pipeline:
         self.registry = registry  # last: a registry means ready to route
         if self.config.probes.enabled:
             self._probe_task = asyncio.create_task(run_probes(registry, self.config.probes))
-        if self.config.jobs.workers and self.storage.jobs is not None:
+        if self.storage.jobs is not None:
             # The jobs service is built on the pipeline: imported here, not at the top.
             from titan.service.jobs import JobsService
 
-            JobsService.of(self).start_worker()
+            jobs = JobsService.of(self)
+            if self.config.jobs.workers:
+                jobs.start_worker()
+            else:
+                jobs.start_upkeep()
 
     async def _discover(
         self,
