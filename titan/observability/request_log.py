@@ -36,6 +36,7 @@ class RequestLog:
         self.max_delay_s = max_delay_s
         self.max_lines = max_lines
         self._lines: list[bytes] = []
+        self.num_dropped = 0  # lines a failing stream could not take
         self._timer: asyncio.TimerHandle | None = None
         self._second = -1  # the second whose ISO text is cached: formatting it costs ~1 µs
         self._second_text = ""
@@ -84,6 +85,9 @@ class RequestLog:
             return
         text = (b"\n".join(self._lines) + b"\n").decode()
         self._lines.clear()
-        stream = self._stream()
-        stream.write(text)
-        stream.flush()
+        try:
+            stream = self._stream()
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stderr: the lines go, requests don't
+            self.num_dropped += text.count("\n")
