@@ -138,6 +138,19 @@ class OverloadedError(ServiceUnavailableError):
         self.retry_after = retry_after
 
 
+class StorageUnavailableError(ServiceUnavailableError):
+    """The shared storage (Redis) cannot be reached: 503 with Retry-After. Raised by the stores
+    for connection errors and timeouts, so callers see this instead of a client library's
+    exception; what each caller then does (fail open or closed) is its own policy."""
+
+    default_code = "storage_unavailable"
+    is_expected = True
+
+    def __init__(self, message: str, *, retry_after: float | None = 1.0, code: str | None = None):
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
 class NotCachedError(TitanError):
     """``only-if-cached`` and no cached answer: 504, as HTTP caches answer it."""
 

@@ -7,7 +7,7 @@ import hmac
 import pytest
 
 from titan.config.admission import Budget
-from titan.errors import AuthenticationError, InvalidRequestError
+from titan.errors import AuthenticationError, InvalidRequestError, StorageUnavailableError
 from titan.limits import keys as keys_module
 from titan.limits.keys import NAMESPACE, ApiKey, KeyPolicy, KeyRing, hash_key, parse_key_id
 from titan.storage.memory import MemoryDocuments
@@ -241,3 +241,36 @@ def test_key_policy_is_frozen_and_strict() -> None:
         policy.rpm = 5  # type: ignore[misc]
     assert policy.allows_model("a") and not policy.allows_model("b")
     assert KeyPolicy().allows_model("anything")
+
+
+class DownDocuments(CountingDocuments):
+    """A store that can become unreachable."""
+
+    is_down = False
+
+    async def get(self, namespace, doc_id):  # type: ignore[no-untyped-def]
+        if self.is_down:
+            raise StorageUnavailableError("down")
+        return await super().get(namespace, doc_id)
+
+
+async def test_an_unreachable_store_serves_recent_keys_from_the_cache_and_refuses_others(
+    clock: Clock,
+) -> None:
+    documents = DownDocuments()
+    stale: list[StorageUnavailableError] = []
+    ring = KeyRing(documents, now=clock, cache_s=5.0, stale_if_error_s=60.0, on_stale=stale.append)
+    known, _ = await ring.create("acme")
+    unknown, _ = await ring.create("acme")
+    await ring.authenticate(known)
+    documents.is_down = True
+    clock.now += 30  # past cache_s, within stale_if_error_s
+    assert (await ring.authenticate(known)).tenant == "acme"
+    assert len(stale) == 1
+    with pytest.raises(StorageUnavailableError):  # 503, not 401: it may well be valid
+        await ring.authenticate(unknown)
+    clock.now += 31  # past stale_if_error_s
+    with pytest.raises(StorageUnavailableError):
+        await ring.authenticate(known)
+    documents.is_down = False
+    assert (await ring.authenticate(unknown)).tenant == "acme"

@@ -53,7 +53,9 @@ def create_app(
     The lifespan starts the backends in the background: /health answers at once, /ready says
     503 until every model is loaded and warmed.
     """
-    state = AppState(pipeline if pipeline is not None else build_pipeline(config))
+    state = AppState(
+        pipeline if pipeline is not None else build_pipeline(config), limits=config.server.limits
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -3,7 +3,7 @@
 
 - titan.errors.TitanError → its ``status_code`` and ``to_body()`` (Retry-After on rate limits);
 - request bodies that are not JSON, or do not validate → 400 naming the parameter;
-- unknown routes → 404, wrong methods → 405, oversized bodies → 413;
+- unknown routes → 404, wrong methods → 405, oversized bodies → 413, slow bodies → 408;
 - anything else → 500 without a traceback (the traceback goes to the log).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -134,7 +135,12 @@ async def _http_exception_handler(request: Request, exc: HTTPException) -> Respo
             "method_not_allowed",
         )
     elif exc.status_code == 413:
-        body = _body("The request body is too large.", "invalid_request_error", "body_too_large")
+        message = (
+            exc.detail if exc.detail != HTTPStatus(413).phrase else "The request body is too large."
+        )
+        body = _body(message, "invalid_request_error", "body_too_large")
+    elif exc.status_code == 408:
+        body = _body(str(exc.detail), "invalid_request_error", "request_timeout")
     else:
         error_type = "server_error" if exc.status_code >= 500 else "invalid_request_error"
         body = _body(str(exc.detail), error_type, None)

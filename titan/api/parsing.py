@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any, TypeVar
 
@@ -10,14 +11,15 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
+from titan.api.bounds import check_json, check_request
 from titan.api.errors import invalid_json, invalid_request_from_validation
+from titan.api.state import limits_of
+from titan.config import RequestLimits
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, Endpoint
 
 M = TypeVar("M", bound=BaseModel)
 
-# Far above any prompt a context window holds; stops a client from filling memory.
-MAX_BODY_BYTES = 32 * 1024**2
 MAX_REQUEST_ID_CHARS = 128
 # Headers that steer the pipeline: a session for affinity routing, a total deadline, the
 # admission deadline and priority class, cache directives.
@@ -33,28 +35,50 @@ ROUTING_HEADERS = (
 )
 
 
-async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
-    """The whole body, refused with 413 as soon as it is known to exceed ``max_bytes``."""
+async def read_body(request: Request, limits: RequestLimits | None = None) -> bytes:
+    """The whole body: 413 as soon as it is known to exceed ``limits.max_body_bytes``, 408 when
+    it has not all arrived within ``limits.body_timeout_s`` (a slow or stalled client)."""
+    limits = limits or limits_of(request)
+    max_bytes = limits.max_body_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
-        raise HTTPException(413)
+        raise _body_too_large(max_bytes)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise HTTPException(413)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(limits.body_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _body_too_large(max_bytes)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise HTTPException(
+            408,
+            f"The request body did not arrive within {limits.body_timeout_s:g} s; send it "
+            "faster (the limit is server.limits.body_timeout_s).",
+            headers={"Connection": "close"},
+        ) from None
     return b"".join(chunks)
 
 
+def _body_too_large(max_bytes: int) -> HTTPException:
+    return HTTPException(
+        413,
+        f"The request body is larger than {max_bytes} bytes; send less (the limit is "
+        "server.limits.max_body_bytes).",
+    )
+
+
 async def read_json_object(request: Request) -> dict[str, Any]:
-    body = await read_body(request)
+    limits = limits_of(request)
+    body = await read_body(request, limits)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid_json(exc) from None
     if not isinstance(data, dict):
         raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    check_json(body, data, limits)
     return data
 
 
@@ -83,9 +107,11 @@ async def parse_client_request(
     request: Request, endpoint: Endpoint, model: type[ChatCompletionRequest | CompletionRequest]
 ) -> ClientRequest:
     data = await read_json_object(request)
+    parsed = validate(data, model)
+    check_request(parsed, limits_of(request))
     return ClientRequest(
         endpoint=endpoint,
-        parsed=validate(data, model),
+        parsed=parsed,
         body=data,
         request_id=request_id_of(request),
         headers={

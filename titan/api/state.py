@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from titan.config import RequestLimits
 from titan.service import Pipeline
 
 
 @dataclass
 class AppState:
     pipeline: Pipeline
+    limits: RequestLimits = field(default_factory=RequestLimits)
     start_task: asyncio.Task[None] | None = None
     start_error: BaseException | None = None
 
@@ -23,3 +25,9 @@ def app_state(request: Request) -> AppState:
 
 def pipeline_of(request: Request) -> Pipeline:
     return request.app.state.titan.pipeline
+
+
+def limits_of(request: Request) -> RequestLimits:
+    """The request bounds of the app serving ``request`` (defaults for apps without a state)."""
+    state = getattr(request.app.state, "titan", None) if "app" in request.scope else None
+    return state.limits if state is not None else RequestLimits()

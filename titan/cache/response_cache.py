@@ -98,12 +98,19 @@ class ResponseCache:
             await asyncio.gather(self._sync_task, return_exceptions=True)
 
     async def _follow(self) -> None:
+        is_failing = False
         while True:
             await asyncio.sleep(SYNC_INTERVAL_S)
             try:
                 await self.sync()
             except Exception:  # the store is unreachable: lookups go on with what is indexed
-                logger.exception("following the semantic cache entries failed")
+                if not is_failing:  # one line per outage
+                    logger.exception("following the semantic cache entries failed; retrying")
+                is_failing = True
+                continue
+            if is_failing:
+                logger.info("following the semantic cache entries works again")
+                is_failing = False
 
     async def sync(self) -> None:
         """Index the semantic entries stored since the last sync; forget expired ones."""

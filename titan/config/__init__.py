@@ -24,6 +24,7 @@ from titan.config.loading import config_from_mapping, describe, load_config
 from titan.config.settings import (
     EmbeddedModelConfig,
     LogLevel,
+    RequestLimits,
     ServerConfig,
     Settings,
     parse_byte_size,
@@ -42,6 +43,7 @@ __all__ = [
     "OpenAIDeployment",
     "Outage",
     "ProbeConfig",
+    "RequestLimits",
     "RetryConfig",
     "RoutingConfig",
     "ServerConfig",

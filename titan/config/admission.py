@@ -48,6 +48,10 @@ class AuthConfig(Settings):
     anonymous: Limits = Limits()
     # Key lookups are cached this long per replica: a revocation takes at most this to apply.
     key_cache_s: float = Field(5.0, ge=0)
+    # While the storage is unreachable, a key this replica validated within this many seconds is
+    # still accepted from its cache (revocations made meanwhile apply when the storage returns);
+    # any other key is refused with 503 storage_unavailable. 0: refuse every key.
+    key_stale_if_error_s: float = Field(300.0, ge=0)
 
 
 class AdmissionConfig(Settings):
@@ -65,6 +69,17 @@ class AdmissionConfig(Settings):
     # Tokens/min limits reserve the prompt plus max_tokens; a request without max_tokens reserves
     # this many output tokens (settled with the actual count afterwards).
     reserved_output_tokens: int = Field(256, ge=1)
+    # While the shared storage (Redis) is unreachable: fail_open admits requests without their
+    # rate, token, concurrency limits and budgets (counted in titan_storage_errors_total, logged
+    # once per outage); fail_closed refuses them (503 storage_unavailable). Authentication always
+    # fails closed, except for keys this replica validated recently
+    # (auth.key_stale_if_error_s).
+    on_storage_error: Literal["fail_open", "fail_closed"] = "fail_open"
+    # /ready answers 503 while the storage is unreachable (a PING at most once a second). Off by
+    # default: every replica shares the storage, so a 503 from all of them would take the whole
+    # service out of its load balancer and fail_open would help no one; the outage shows in
+    # titan_storage_errors_total instead.
+    ready_requires_storage: bool = False
 
 
 class ModelLimits(Limits):

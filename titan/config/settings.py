@@ -64,6 +64,20 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RequestLimits(Settings):
+    """Bounds on what one request may carry; each breach is a clear 4xx, never a 5xx."""
+
+    max_body_bytes: ByteSize = 32 * 1024**2  # 413 past it; "32MiB" accepted
+    # The whole body must arrive within this (slow or stalled uploads get 408).
+    body_timeout_s: float = Field(30.0, gt=0)
+    max_json_depth: int = Field(64, ge=2, le=1000)  # nested arrays/objects; orjson stops at 1024
+    max_messages: int = Field(2048, ge=1)  # chat messages (and completion prompts) per request
+    max_message_chars: int = Field(1_000_000, ge=1)  # characters in one message or prompt
+    # The protocol's own ceilings still apply above these: n 128, stop 16, top_logprobs 20.
+    max_n: int = Field(16, ge=1, le=128)  # also bounds best_of
+    max_stop_sequences: int = Field(16, ge=1, le=16)  # OpenAI allows 4; vLLM has no limit
+
+
 class ServerConfig(Settings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -71,6 +85,7 @@ class ServerConfig(Settings):
     # A request's total deadline (retries, hedges and fallbacks included) unless its
     # x-titan-timeout header sets one; None: only the per-attempt timeouts bound it.
     request_timeout_s: float | None = Field(None, gt=0)
+    limits: RequestLimits = RequestLimits()
 
 
 class EmbeddedModelConfig(Settings):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from titan.config.admission import Budget, Limits, Priority
-from titan.errors import AuthenticationError, InvalidRequestError
+from titan.errors import AuthenticationError, InvalidRequestError, StorageUnavailableError
 
 if TYPE_CHECKING:  # annotations only: importing titan.storage loads the concrete stores
     from titan.storage.base import DocumentStore
@@ -119,6 +119,10 @@ class KeyRing:
     applies here within ``cache_s``; ``revoke`` on this instance applies here at once. Misses
     are not cached: a key created on another replica works at once, and requests with made-up
     key ids cannot evict the real entries.
+
+    While the store is unreachable, a key fetched within ``stale_if_error_s`` is served from the
+    cache (``on_stale`` is told); any other lookup raises StorageUnavailableError (503, never a
+    401: the key may well be valid).
     """
 
     def __init__(
@@ -127,10 +131,14 @@ class KeyRing:
         *,
         now: Callable[[], float] = time.time,
         cache_s: float = 5.0,
+        stale_if_error_s: float = 0.0,
+        on_stale: Callable[[StorageUnavailableError], None] | None = None,
     ) -> None:
         self._documents = documents
         self._now = now
         self._cache_s = cache_s
+        self._stale_if_error_s = stale_if_error_s
+        self._on_stale = on_stale
         self._cache: OrderedDict[str, tuple[float, ApiKey]] = OrderedDict()
 
     async def create(
@@ -236,7 +244,14 @@ class KeyRing:
         if cached is not None and now - cached[0] < self._cache_s:
             self._cache.move_to_end(key_id)
             return cached[1]
-        record = await self.get(key_id)
+        try:
+            record = await self.get(key_id)
+        except StorageUnavailableError as exc:
+            if cached is None or now - cached[0] >= self._stale_if_error_s:
+                raise
+            if self._on_stale is not None:
+                self._on_stale(exc)
+            return cached[1]  # its fetch time stays: it goes stale as if fetched then
         if record is None:
             self._cache.pop(key_id, None)
             return None

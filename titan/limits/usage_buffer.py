@@ -30,10 +30,13 @@ class UsageBuffer:
         *,
         flush_interval_s: float = 1.0,
         now: Callable[[], float] = time.time,
+        on_error: Callable[[Exception], None] | None = None,
     ):
         self.ledger = ledger
         self.flush_interval_s = flush_interval_s
         self._now = now
+        self._on_error = on_error
+        self._is_failing = False
         self._pending: dict[_Group, Usage] = {}
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -78,8 +81,21 @@ class UsageBuffer:
             await asyncio.sleep(self.flush_interval_s)
             try:
                 await self.flush()
-            except Exception:  # the store is down: keep the sums, keep serving
-                logger.exception("writing usage failed; retrying at the next flush")
+            except Exception as exc:  # the store is down: keep the sums, keep serving
+                if self._on_error is not None:
+                    self._on_error(exc)
+                if not self._is_failing:  # one line per outage
+                    logger.exception("writing usage failed; retrying at every flush")
+                self._is_failing = True
+                continue
+            if self._is_failing:
+                logger.info("writing usage works again")
+                self._is_failing = False
+
+    @property
+    def num_pending(self) -> int:
+        """Sums not yet written (one per key, tenant, model and hour: bounded)."""
+        return len(self._pending)
 
 
 def _sum(a: Usage, b: Usage) -> Usage:

@@ -131,6 +131,12 @@ class TitanMetrics:
             "Requests answered within their SLO (time to first token, end to end, token gaps).",
             ["model", "tenant"], registry=r,
         )  # fmt: skip
+        self.storage_errors = Counter(
+            "titan_storage_errors",
+            "Storage calls that failed because the store was unreachable, by component (limits, "
+            "auth, budget, cache, usage, ready).",
+            ["component"], registry=r,
+        )  # fmt: skip
         self.jobs = Gauge(
             "titan_jobs", "Jobs in the queue by state.", ["state"], registry=r,
             multiprocess_mode="mostrecent",

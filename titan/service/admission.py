@@ -22,6 +22,7 @@ from titan.errors import (
     InvalidRequestError,
     PermissionDeniedError,
     QuotaExceededError,
+    StorageUnavailableError,
     TitanError,
 )
 from titan.limits.degradation import Degradation, DegradationController
@@ -32,6 +33,7 @@ from titan.limits.usage import Usage, UsageLedger, cost_usd
 from titan.limits.usage_buffer import UsageBuffer
 from titan.observability.metrics import TitanMetrics
 from titan.protocol import ClientRequest
+from titan.service.storage_health import StorageHealth
 from titan.storage.base import Storage
 
 logger = logging.getLogger("titan.admission")
@@ -88,9 +90,24 @@ class Gatekeeper:
         self.storage = storage
         self.metrics = metrics
         self._now = now
-        self.keys = KeyRing(storage.documents, cache_s=config.auth.key_cache_s)
+        self.storage_health = StorageHealth(storage, metrics, now=now)
+        # Limits and budgets while the store is unreachable: admit without them, or refuse.
+        self.is_fail_open = config.admission.on_storage_error == "fail_open"
+        self.keys = KeyRing(
+            storage.documents,
+            cache_s=config.auth.key_cache_s,
+            stale_if_error_s=config.auth.key_stale_if_error_s,
+            on_stale=lambda exc: self.storage_health.failed(
+                "auth", exc, action="accepts keys validated recently here, refuses others (503)"
+            ),
+        )
         self.usage = UsageLedger(storage.counters)
-        self.pending_usage = UsageBuffer(self.usage)
+        self.pending_usage = UsageBuffer(
+            self.usage,
+            on_error=lambda exc: self.storage_health.failed(
+                "usage", exc, action="keeps usage in memory and retries every second"
+            ),
+        )
         self.limiter = RateLimiter(storage.limits, lease_ttl_s=config.admission.lease_ttl_s)
         self.queues: dict[str, AdmissionQueue] = {}
         self._model_configs = {m.name: m for m in config.models if m.name is not None}
@@ -139,7 +156,13 @@ class Gatekeeper:
 
     async def close(self) -> None:
         await self.limiter.close()
-        await self.pending_usage.close()  # the last usage reaches the store
+        try:
+            await self.pending_usage.close()  # the last usage reaches the store
+        except StorageUnavailableError:
+            logger.error(
+                "storage unreachable at shutdown: usage of %d (key, model, hour) groups lost",
+                self.pending_usage.num_pending,
+            )
 
     async def refresh_auth(self) -> None:
         """Auth turns on as soon as a key exists (created here, by the CLI or another replica)."""
@@ -154,6 +177,13 @@ class Gatekeeper:
     # ---- who -----------------------------------------------------------------------------
 
     async def authenticate(self, request: ClientRequest) -> Caller:
+        try:
+            return await self._authenticate(request)
+        except StorageUnavailableError as exc:  # fail closed: 503, never 401
+            self.storage_health.failed("auth", exc, action="refuses keys not validated recently")
+            raise
+
+    async def _authenticate(self, request: ClientRequest) -> Caller:
         await self.refresh_auth()
         key = None
         if self.is_auth_on and request.key_id is not None:
@@ -175,6 +205,13 @@ class Gatekeeper:
 
     async def identify(self, api_key: str | None) -> tuple[str, str | None]:
         """(tenant, key id) of a caller; ("", None) when auth is off."""
+        try:
+            return await self._identify(api_key)
+        except StorageUnavailableError as exc:  # fail closed: 503, never 401
+            self.storage_health.failed("auth", exc, action="refuses keys not validated recently")
+            raise
+
+    async def _identify(self, api_key: str | None) -> tuple[str, str | None]:
         await self.refresh_auth()
         if not self.is_auth_on:
             return "", None
@@ -232,10 +269,17 @@ class Gatekeeper:
         tenant = self.config.tenants.get(key.tenant)
         if tenant is not None and tenant.budget is not None:
             budgets.append((f"tenant:{key.tenant}", f"tenant '{key.tenant}'", tenant.budget))
-        if budgets and self.pending_usage.has_pending:
-            await self.pending_usage.flush()  # this replica's spend, to the last request
-        for scope, label, budget in budgets:
-            spent = await self.usage.spent_usd(scope, budget.period)
+        if not budgets:
+            return
+        try:
+            if self.pending_usage.has_pending:
+                await self.pending_usage.flush()  # this replica's spend, to the last request
+            spent_by_scope = [await self.usage.spent_usd(s, b.period) for s, _, b in budgets]
+        except StorageUnavailableError as exc:
+            self._storage_failed("budget", exc)
+            return
+        self.storage_health.succeeded("budget")
+        for (_, label, budget), spent in zip(budgets, spent_by_scope, strict=True):
             if spent >= budget.usd:
                 period = "in all" if budget.period == "total" else f"this {budget.period}"
                 raise QuotaExceededError(
@@ -282,10 +326,18 @@ class Gatekeeper:
         degradation: Degradation,
     ) -> Ticket:
         reserved = self.estimate_tokens(request, prompt_chars)
+        lease_id = uuid.uuid4().hex
         try:
-            reservation = await self.limiter.reserve(
-                self._scopes(caller, model), reserved, uuid.uuid4().hex
-            )
+            try:
+                reservation = await self.limiter.reserve(
+                    self._scopes(caller, model), reserved, lease_id
+                )
+            except StorageUnavailableError as exc:
+                self._storage_failed("limits", exc)
+                # Failing open: admitted with no limits drawn, so finishing asks the store nothing.
+                reservation = Reservation(self.limiter.store, (), (), lease_id, reserved, {})
+            else:
+                self.storage_health.succeeded("limits")
         except TitanError as exc:
             self.refused(model, exc, caller)
             raise
@@ -293,7 +345,7 @@ class Gatekeeper:
         try:
             admitted = await queue.enter(caller.priority, deadline)
         except BaseException as exc:
-            await reservation.finish(0)  # nothing was served: refund the tokens, free the slots
+            await self._finish_reservation(reservation, 0)  # nothing served: refund, free slots
             if isinstance(exc, TitanError):
                 self.refused(model, exc, caller)
             raise
@@ -310,6 +362,20 @@ class Gatekeeper:
             for action in degradation.actions:
                 metrics.inc(metrics.degraded, model, action)
         return Ticket(caller, model, reservation, queue, admitted, degradation, headers)
+
+    def _storage_failed(self, component: str, exc: StorageUnavailableError) -> None:
+        """Limits or budgets could not be checked: fail open (go on without them) or closed
+        (re-raise: 503 storage_unavailable), as ``admission.on_storage_error`` says."""
+        action = "admits requests without them" if self.is_fail_open else "refuses requests (503)"
+        self.storage_health.failed(component, exc, action=action)
+        if not self.is_fail_open:
+            raise exc
+
+    async def _finish_reservation(self, reservation: Reservation, actual: int | None) -> None:
+        try:
+            await reservation.finish(actual)
+        except StorageUnavailableError as exc:  # the leases lapse within lease_ttl_s instead
+            self.storage_health.failed("limits", exc, action="lets leases lapse")
 
     def refused(self, model: str, exc: TitanError, caller: Caller) -> None:
         """One log line and one metric per refusal."""
@@ -348,7 +414,7 @@ class Gatekeeper:
         ticket.is_finished = True
         ticket.queue.leave(ticket.admitted, measure=is_served)
         actual = sum(usage) if usage is not None else (None if is_served else 0)
-        await ticket.reservation.finish(actual)
+        await self._finish_reservation(ticket.reservation, actual)
         if usage is None:
             return
         prompt_tokens, completion_tokens = usage

@@ -17,11 +17,12 @@ from titan.cache.keys import is_deterministic, parse_directives, request_keys
 from titan.cache.response_cache import Lookup, ResponseCache
 from titan.config import TitanConfig
 from titan.config.cache import CacheConfig
-from titan.errors import NotCachedError
+from titan.errors import NotCachedError, StorageUnavailableError
 from titan.observability.metrics import TitanMetrics
 from titan.protocol import Answer, ClientRequest, answer_bytes
 from titan.service.attempts import Routed
 from titan.service.cache_replay import StreamAssembler, replay_stream, replay_whole
+from titan.service.storage_health import StorageHealth
 from titan.service.streaming import close_stream
 
 logger = logging.getLogger("titan.cache")
@@ -49,9 +50,17 @@ class CachePlan:
 
 
 class CacheStep:
-    def __init__(self, cache: ResponseCache, config: TitanConfig, metrics: TitanMetrics):
+    def __init__(
+        self,
+        cache: ResponseCache,
+        config: TitanConfig,
+        metrics: TitanMetrics,
+        storage_health: StorageHealth | None = None,
+    ):
         self.cache = cache
         self.metrics = metrics
+        # The cache fails open: while the store is unreachable, lookups miss and nothing is stored.
+        self.storage_health = storage_health or StorageHealth(None, metrics)
         self._storing: set[asyncio.Task[None]] = set()
         self._configs = {
             m.name: m.cache if m.cache is not None else config.cache
@@ -80,7 +89,14 @@ class CacheStep:
         if "no-cache" in directives:
             lookup = Lookup(keys)  # stored afterwards without an embedding: as an exact entry
         else:
-            lookup = await self.cache.lookup(keys, config)
+            try:
+                lookup = await self.cache.lookup(keys, config)
+            except StorageUnavailableError as exc:
+                self.storage_health.failed("cache", exc, action="misses and stores nothing")
+                lookup = Lookup(keys)
+                is_storable = False
+            else:
+                self.storage_health.succeeded("cache")
         plan = CachePlan(config, lookup, tenant, model, is_storable)
         hit = lookup.hit
         self.metrics.inc(self.metrics.cache_lookups, model, f"hit-{hit.kind}" if hit else "miss")
@@ -117,8 +133,11 @@ class CacheStep:
 
     def _stored(self, task: asyncio.Task[None]) -> None:
         self._storing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            logger.warning("storing an answer in the cache failed: %s", task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if isinstance(exc, StorageUnavailableError):
+            self.storage_health.failed("cache", exc, action="misses and stores nothing")
+        elif exc is not None:
+            logger.warning("storing an answer in the cache failed: %s", exc)
 
     async def close(self) -> None:
         """Let the answers being stored reach the store."""

@@ -92,6 +92,13 @@ class Pipeline:
     def is_ready(self) -> bool:
         return self.registry is not None and all(b.is_ready for b in self.backends())
 
+    async def storage_unreachable(self) -> str | None:
+        """Why the shared storage cannot be reached now (a PING at most once a second), or
+        None: /ready answers 503 while it is not."""
+        if self.gate is None or not self.config.admission.ready_requires_storage:
+            return None
+        return await self.gate.storage_health.unreachable_reason()
+
     def backends(self) -> list[Backend]:
         if self.registry is None:
             return [backend for _, _, backend in self._planned]
@@ -131,7 +138,7 @@ class Pipeline:
         self.flow = RequestFlow(
             self.gate,
             self.runner,
-            CacheStep(self.cache, self.config, self.metrics),  # type: ignore[arg-type]
+            CacheStep(self.cache, self.config, self.metrics, self.gate.storage_health),  # type: ignore[arg-type]
             route=self._route,
             model_named=self._model,
             now=self._now,

@@ -332,6 +332,9 @@ class Storage:
     cache: CacheStore | None = None  # None until a store for cached answers is opened
     jobs: JobQueue | None = None
     closers: list[Any] = field(default_factory=list)
+    # A cheap reachability check (Redis: PING) raising StorageUnavailableError; None for stores
+    # in this process (memory, SQLite), which cannot be unreachable.
+    ping: Any = None
 
     async def close(self) -> None:
         for close in self.closers:

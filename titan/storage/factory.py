@@ -13,6 +13,9 @@ from titan.storage.memory_cache import MemoryCache
 
 SCHEMES = "memory://, sqlite:///PATH (sqlite:///~/x.db, sqlite:////abs/x.db), redis://, rediss://"
 REDIS_CONNECT_TIMEOUT_S = 5.0
+# A command unanswered this long (a hung or partitioned Redis: no reset ever arrives) fails with
+# StorageUnavailableError, which limits and the cache fail open on, instead of holding the request.
+REDIS_COMMAND_TIMEOUT_S = 5.0
 REDIS_MAX_CONNECTIONS = 64
 
 
@@ -80,6 +83,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
 
     from titan.storage.redis import RedisCounters, RedisDocuments, RedisLimits
     from titan.storage.redis_cache import RedisCache
+    from titan.storage.redis_errors import UNAVAILABLE, unavailable
     from titan.storage.redis_jobs import RedisJobQueue
 
     try:
@@ -90,6 +94,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
             max_connections=REDIS_MAX_CONNECTIONS,
             timeout=REDIS_CONNECT_TIMEOUT_S,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+            socket_timeout=REDIS_COMMAND_TIMEOUT_S,
             health_check_interval=30,
         )
         client = redis.asyncio.Redis(connection_pool=pool)
@@ -101,6 +106,13 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         await client.aclose()
         message = f"storage: cannot reach Redis at {redact(url)}: {exc}"
         raise ServiceUnavailableError(message) from exc
+
+    async def ping() -> None:
+        try:
+            await client.ping()
+        except UNAVAILABLE as exc:
+            raise unavailable(exc) from exc
+
     return Storage(
         url,
         RedisDocuments(client, prefix=key_prefix),
@@ -109,6 +121,7 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         cache=RedisCache(client, prefix=key_prefix),
         jobs=RedisJobQueue(client, prefix=key_prefix),
         closers=[client.aclose, pool.disconnect],
+        ping=ping,
     )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from titan.storage.base import Acquisition, Bucket, ConcurrencySlot, Increment, Settlement
+from titan.storage.redis_errors import translates_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -172,6 +173,7 @@ def _repr(x: float) -> str:
     return repr(float(x))  # round-trips exactly, like %.17g on the Lua side
 
 
+@translates_errors
 class RedisLimits:
     def __init__(self, client: Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._client = client
@@ -269,6 +271,7 @@ return 1
 """
 
 
+@translates_errors
 class RedisDocuments:
     """One hash per namespace (field = id, value = JSON), so ``list`` is one HGETALL."""
 
@@ -302,6 +305,7 @@ class RedisDocuments:
         return [(k.decode(), orjson.loads(raw[k])) for k in sorted(raw)]
 
 
+@translates_errors
 class RedisCounters:
     """One hash per (namespace, id) with HINCRBYFLOAT; ``ttl_s`` is EXPIRE on the hash. A sorted
     set per namespace indexes the ids (all score 0, so ZRANGEBYLEX finds a prefix without KEYS).

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from titan.storage.base import CacheEntry
+from titan.storage.redis_errors import translates_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -191,6 +192,7 @@ def _entry(key: bytes | str, fields: list[Any]) -> CacheEntry:
     )
 
 
+@translates_errors
 class RedisCache:
     def __init__(self, client: Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._client = client

@@ -38,6 +38,7 @@ import orjson
 from titan.storage import redis_jobs_scripts as scripts
 from titan.storage.base import Job
 from titan.storage.job_states import cancelled, settled, taken
+from titan.storage.redis_errors import translates_errors
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -64,6 +65,7 @@ def _doc(job: Job) -> bytes:
     return orjson.dumps(dataclasses.asdict(job))
 
 
+@translates_errors
 class RedisJobQueue:
     def __init__(self, client: Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
         self._client = client

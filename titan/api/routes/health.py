@@ -1,5 +1,6 @@
-"""GET /health (the process is alive), GET /ready (the models are loaded and warmed) and
-GET /stats (each model's engine counters: requests, tokens, KV cache use)."""
+"""GET /health (the process is alive), GET /ready (the models are loaded and warmed, the
+shared storage reachable) and GET /stats (each model's engine counters: requests, tokens, KV
+cache use)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ async def ready(request: Request) -> Response:
         return JSONResponse({"status": "failed", "error": str(state.start_error)}, status_code=503)
     if not state.pipeline.is_ready:
         return JSONResponse({"status": "loading"}, status_code=503)
+    reason = await state.pipeline.storage_unreachable()
+    if reason is not None:  # requests needing it would fail: send traffic elsewhere
+        return JSONResponse({"status": "storage_unavailable", "error": reason}, status_code=503)
     return JSONResponse({"status": "ready"})
 
 
