@@ -154,12 +154,12 @@ class TitanMetrics:
         """One finished request: counts, latencies, and goodput against ``slo`` (ttft_s, e2e_s,
         inter_token_s; None: not judged)."""
         model = record.model or "unknown"
+        if record.status != 200:  # failures only count: no latency series for them
+            self.inc(self.requests, model, str(record.status))
+            return
         children = self._request_children.get(model)
         if children is None:
             children = self._request_children[model] = _RequestChildren(self, model)
-        if record.status != 200:
-            self.inc(self.requests, model, str(record.status))
-            return
         children.ok.inc()
         children.success.inc()
         observe_one(children.e2e_latency, record.total_s or 0.0)
