@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.titan-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test lint bench fuzz clean
 
 install: $(STAMP)
 
@@ -41,6 +41,13 @@ test: install $(CHROMIUM)
 lint: install
 	$(BIN)/ruff check titan tests
 	$(BIN)/ruff format --check titan tests
+
+# schemathesis against a real Titan (memory, SQLite and Redis storage), long: up to
+# FUZZ_EXAMPLES generated requests per operation, valid and invalid (docs/api-fuzzing.md).
+# `make test` runs the same tests bounded (5 each).
+FUZZ_EXAMPLES ?= 500
+fuzz: install
+	TITAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --timeout 3600
 
 bench: install
 	$(BIN)/titan bench engine --output bench/RESULTS.md

@@ -247,3 +247,32 @@ class DeadlineExceededError(TitanError):
     status_code = 504
     error_type = "timeout"
     default_code = "deadline_exceeded"
+
+
+class StorageFullError(StorageUnavailableError):
+    """The storage has no room left to write (SQLite's ``database or disk is full``, ENOSPC,
+    Redis's OOM under ``noeviction``):
+    503 with Retry-After, code ``storage_full``. A subclass of StorageUnavailableError, so the
+    callers that fail open on an unreachable store (limits, the cache, usage) do the same here.
+    Not ``is_expected``: an operator must free space, so the HTTP layer logs it as an error."""
+
+    default_code = "storage_full"
+    is_expected = False
+
+    def __init__(self, message: str, *, retry_after: float | None = 30.0, code: str | None = None):
+        super().__init__(message, retry_after=retry_after, code=code)
+
+
+class ContentPolicyError(InvalidRequestError):
+    """A guardrail policy blocked the request's input (400). The message names the policy and
+    what kind of content it found, never the content itself."""
+
+    default_code = "content_policy_violation"
+
+    def __init__(self, policy: str, kinds: list[str], *, param: str | None = None):
+        super().__init__(
+            f"The request was blocked by the guardrail policy '{policy}' "
+            f"({', '.join(kinds)} found in the input). Remove that content and retry.",
+            param=param,
+        )
+        self.policy = policy

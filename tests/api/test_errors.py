@@ -61,6 +61,12 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
             ["json_object", "not supported by the embedded model yet"],
         ),
         ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias", ["not supported"]),
+        # Free text is never quoted back (it may be a prompt): its length is.
+        (
+            {"messages": USER, "temperature": "my secret prompt text"},
+            "temperature",
+            ["a string of 21 characters"],
+        ),
     ],
 )
 async def test_bad_chat_parameters_are_400_naming_the_param(
@@ -71,6 +77,7 @@ async def test_bad_chat_parameters_are_400_naming_the_param(
     assert error["type"] == "invalid_request_error"
     for word in words:
         assert word in error["message"], error["message"]
+    assert "secret prompt" not in error["message"]
 
 
 async def test_tools_with_tool_choice_none_are_accepted(client: httpx.AsyncClient) -> None:

@@ -151,7 +151,7 @@ async def test_every_client_field_reaches_the_upstream(
         "guided_json": {"type": "object"},
         "x_vendor": {"nested": [1, 2.5, None, "é"]},
     }
-    upstream.will_answer(Canned.sse(sse(b"{}")), Canned.json(b"{}"))
+    upstream.will_answer(Canned.sse(VLLM.stream), Canned.json(VLLM.completion))
     await collect(backend.stream(request(body)))
     await backend.complete(request(body))
     streamed, completed = (r.json() for r in upstream.received)
@@ -177,7 +177,7 @@ async def test_the_model_defaults_to_the_clients_name(upstream: FakeUpstream):
     )
     await backend.start()
     try:
-        upstream.will_answer(Canned.json(b"{}"))
+        upstream.will_answer(Canned.json(VLLM.completion))
         await backend.complete(request({**CHAT, "model": "llama"}))
     finally:
         await backend.shutdown()
@@ -185,7 +185,9 @@ async def test_the_model_defaults_to_the_clients_name(upstream: FakeUpstream):
 
 
 async def test_connections_are_kept_alive(upstream: FakeUpstream, backend: OpenAIBackend):
-    upstream.will_answer(Canned.sse(VLLM.stream), Canned.json(b"{}"), Canned.sse(VLLM.stream))
+    upstream.will_answer(
+        Canned.sse(VLLM.stream), Canned.json(VLLM.completion), Canned.sse(VLLM.stream)
+    )
     await collect(backend.stream(request(CHAT)))
     await backend.complete(request(CHAT))
     await collect(backend.stream(request(CHAT)))
@@ -205,7 +207,7 @@ async def test_unsupported_fields_are_refused_before_the_upstream(upstream: Fake
         with pytest.raises(InvalidRequestError):
             await anext(backend.stream(request({**CHAT, "logprobs": True})))
         assert upstream.received == []
-        upstream.will_answer(Canned.json(b"{}"))  # a null field asks for nothing
+        upstream.will_answer(Canned.json(VLLM.completion))  # a null field asks for nothing
         await backend.complete(request({**CHAT, "tools": None}))
     finally:
         await backend.shutdown()
@@ -336,8 +338,9 @@ async def test_an_error_event_mid_stream(
 
 
 async def test_a_stream_that_ends_without_done(upstream: FakeUpstream, backend: OpenAIBackend):
-    upstream.will_answer(Canned.sse(sse(*VLLM.chunks[:2], done=False)[:-1]))  # no blank line
-    assert await collect(backend.stream(request(CHAT))) == list(VLLM.chunks[:2])
+    # Finished (a finish_reason came), then the body ends without [DONE] or a last blank line.
+    upstream.will_answer(Canned.sse(sse(*VLLM.chunks, done=False)[:-1]))
+    assert await collect(backend.stream(request(CHAT))) == list(VLLM.chunks)
 
 
 async def test_a_streaming_request_answered_without_streaming(
@@ -454,7 +457,7 @@ async def test_identity_lifecycle_and_stats(upstream: FakeUpstream):
         await backend.complete(request(CHAT))
     await backend.start()
     assert backend.is_ready
-    upstream.will_answer(Canned.json(b"{}"), Canned.json({"error": "bad"}, status=422))
+    upstream.will_answer(Canned.json(VLLM.completion), Canned.json({"error": "bad"}, status=422))
     await backend.complete(request(CHAT))
     with pytest.raises(UpstreamError):
         await backend.complete(request(CHAT))

@@ -12,17 +12,20 @@ import httpx
 import uvicorn
 
 from titan.api import create_app
+from titan.api.header_deadline import uvicorn_http_protocol
 from titan.config import TitanConfig, config_from_mapping
+from titan.service import Pipeline
 
 STARTUP_TIMEOUT_S = 30
 
 
 @contextmanager
-def running_titan(config: TitanConfig | dict) -> Iterator[str]:
-    """The base URL of a ready Titan serving ``config`` (a TitanConfig or its mapping)."""
+def running_titan(config: TitanConfig | dict, *, pipeline: Pipeline | None = None) -> Iterator[str]:
+    """The base URL of a ready Titan serving ``config`` (a TitanConfig or its mapping);
+    ``pipeline`` replaces the one the config describes (a fake engine, a given storage)."""
     if not isinstance(config, TitanConfig):
         config = config_from_mapping(config, "test config")
-    app = create_app(config)
+    app = create_app(config) if pipeline is None else create_app(config, pipeline=pipeline)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -32,7 +35,7 @@ def running_titan(config: TitanConfig | dict) -> Iterator[str]:
             # uvloop, as `titan serve` runs: on asyncio's loop in this background thread every
             # request took ~44 ms here (0.9 ms with uvloop), which made long tests crawl.
             loop="uvloop",
-            http="httptools",
+            http=uvicorn_http_protocol("httptools", config.server.limits.header_timeout_s),
             lifespan="on",
             access_log=False,
             log_level="warning",

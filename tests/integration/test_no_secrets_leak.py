@@ -3,7 +3,8 @@
 (content logging off, the default) and tracing on, neither stderr/stdout, the log records, the
 ``/metrics`` text, the exported spans' attributes nor any error body holds the upstream key, the
 master key, the client key's secret part or the prompt text — for answered requests and refused
-ones (bad key 401, unknown model 404, invalid body 400, an upstream failure)."""
+ones (bad key 401, unknown model 404, invalid body 400, an upstream failure) — and neither the
+data-at-rest key nor what a guardrail matched."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.slow
 
 UPSTREAM_KEY = f"sk-upstream-{secrets.token_hex(16)}"
 MASTER = f"master-{secrets.token_hex(16)}"
-PROMPT = f"zebra-quartz-{secrets.token_hex(8)} tell me the launch codes"
+DATA_KEY = secrets.token_hex(32)  # data_at_rest.encryption_keys: 32 bytes, hex
+EMAIL = f"quokka.{secrets.token_hex(6)}@example.com"  # a guardrail flags it, never logs it
+PROMPT = f"zebra-quartz-{secrets.token_hex(8)} tell me the launch codes; mail {EMAIL}"
 PROMPT_MARK = PROMPT.split()[0]  # the distinctive part, on its own
 
 
@@ -44,6 +47,8 @@ def config(upstream: FakeUpstream) -> dict:
         "models": [{"name": "gpt", "deployments": [deployment]}],
         "probes": {"enabled": False},
         "storage": "memory://",
+        "data_at_rest": {"encryption_keys": [DATA_KEY]},
+        "guardrails": {"policies": [{"name": "pii", "action": "flag", "detect": ["email"]}]},
         "auth": {"master_key": MASTER, "key_cache_s": 0},
         "cache": {"exact": False, "semantic": False},
         "jobs": {"workers": 0},
@@ -110,8 +115,7 @@ def test_no_secret_or_prompt_in_logs_metrics_spans_or_error_bodies(
             bodies.append(denied.value.response.text)
 
         auth = {"Authorization": f"Bearer {client_key}"}
-        # Invalid in a field other than the messages: a validation error quotes the start of
-        # the offending value back to its sender (the prompt, were the messages invalid).
+        # Invalid in a field other than the messages.
         invalid = httpx.post(
             f"{base}/v1/chat/completions",
             headers=auth,
@@ -119,6 +123,14 @@ def test_no_secret_or_prompt_in_logs_metrics_spans_or_error_bodies(
         )
         assert invalid.status_code == 400, invalid.text
         bodies.append(invalid.text)
+        # Free text where a short token belongs is described by its length, never quoted.
+        prompt_as_role = httpx.post(
+            f"{base}/v1/chat/completions",
+            headers=auth,
+            json={"model": "gpt", "messages": [{"role": PROMPT, "content": "hi"}]},
+        )
+        assert prompt_as_role.status_code == 400, prompt_as_role.text
+        bodies.append(prompt_as_role.text)
         bad_json = httpx.post(
             f"{base}/v1/chat/completions",
             headers=auth,
@@ -134,6 +146,7 @@ def test_no_secret_or_prompt_in_logs_metrics_spans_or_error_bodies(
 
         metrics = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {MASTER}"})
         assert metrics.status_code == 200 and "titan_requests_total" in metrics.text
+        assert 'policy="pii"' in metrics.text, "the guardrail never matched"
     # Titan has shut down: request logs flushed, spans exported.
 
     out, err = capfd.readouterr()
@@ -158,6 +171,8 @@ def test_no_secret_or_prompt_in_logs_metrics_spans_or_error_bodies(
         "the client key's secret": key_secret,
         "the wrong key's secret": wrong_key.split("-", 3)[3],
         "the prompt": PROMPT_MARK,
+        "the flagged email": EMAIL,
+        "the data key": DATA_KEY,
     }
     leaks = [
         f"{what} in {where}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -69,6 +70,9 @@ def param_path(loc: tuple[str | int, ...]) -> str:
     return path
 
 
+_QUOTABLE = re.compile(r"[A-Za-z0-9_.:/-]{0,24}")
+
+
 def _describe(value: Any) -> str:
     """A short JSON-flavoured description of a bad input, for error messages."""
     if value is None:
@@ -78,8 +82,11 @@ def _describe(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the string {orjson.dumps(shown).decode()}"
+        # Only a short token (an enum typo like "usr") is quoted back: free text may be a
+        # prompt, and an error body can end up in the client's logs.
+        if _QUOTABLE.fullmatch(value):
+            return f"the string {orjson.dumps(value).decode()}"
+        return f"a string of {_plural(len(value), 'character')}"
     if isinstance(value, list):
         return f"an array of {_plural(len(value), 'item')}"
     return "an object"

@@ -27,6 +27,7 @@ import orjson
 from yarl import URL
 
 from titan.backends.sse_reader import ERROR_EVENT, SSEDecoder, SSEProtocolError, is_done
+from titan.backends.upstream_answers import check_answer, check_chunk, malformed
 from titan.backends.upstream_errors import error_from_response, error_from_stream_event
 from titan.config import OpenAIDeployment
 from titan.errors import (
@@ -201,7 +202,12 @@ class OpenAIBackend:
             ) as response:
                 if response.status >= 300:
                     raise self._refusal(response, await _read_error_body(response))
-                return RawJSON(await response.read())
+                body = await response.read()
+                try:
+                    check_answer(body, request.endpoint, self._name, response.content_type)
+                except UpstreamError as error:
+                    raise self._counted(error) from None
+                return RawJSON(body)
         except _TRANSPORT_FAILURES as exc:
             raise self._failure(exc) from exc
         finally:
@@ -227,19 +233,23 @@ class OpenAIBackend:
                 try:
                     await self._check_stream_start(response)
                     decoder = SSEDecoder()
+                    has_finished = False  # a choice's finish_reason came
                     async for chunk in response.content.iter_any():
                         for event_type, data in decoder.feed(chunk):
                             if is_done(data):
                                 await _drain(response)
                                 is_complete = True
                                 return
-                            self._raise_if_error(event_type, data)
+                            has_finished |= self._checked(event_type, data)
                             yield RawJSON(data)
-                    # A clean end without [DONE]: some servers do that.
                     for event_type, data in decoder.finish():
                         if not is_done(data):
-                            self._raise_if_error(event_type, data)
+                            has_finished |= self._checked(event_type, data)
                             yield RawJSON(data)
+                    # A clean end without [DONE] is an end when the answer finished (some
+                    # servers end so); before that, the stream was cut short.
+                    if not has_finished:
+                        raise self._counted(self._truncated())
                     is_complete = True
                 finally:
                     if not (is_complete or response.content.at_eof()):
@@ -257,6 +267,11 @@ class OpenAIBackend:
     async def _check_stream_start(self, response: aiohttp.ClientResponse) -> None:
         if response.status >= 300:
             raise self._refusal(response, await _read_error_body(response))
+        if response.content_type == "text/html":  # a proxy's or a portal's page, not a stream
+            body = await _read_error_body(response)
+            raise self._counted(
+                malformed(self._name, "a page instead of a stream", body, response.content_type)
+            )
         if response.content_type == "application/json":
             # Some servers answer a streaming request they cannot stream with one document.
             body = await _read_error_body(response)
@@ -265,13 +280,22 @@ class OpenAIBackend:
             )
             raise self._counted(error)
 
-    def _raise_if_error(self, event_type: bytes, data: bytes) -> None:
+    def _truncated(self) -> UpstreamError:
+        message = f"Upstream '{self._name}' ended the stream before the answer finished"
+        return UpstreamError(f"{message} (no finish_reason, no [DONE])", code="upstream_truncated")
+
+    def _checked(self, event_type: bytes, data: bytes) -> bool:
+        """Raises the upstream's error event, or a 502 for a chunk that is not one; True when
+        the chunk finishes a choice."""
         is_error_event = event_type == ERROR_EVENT
-        if not (is_error_event or _ERROR_MARK in data):
-            return
-        error = error_from_stream_event(data, is_error_event=is_error_event)
-        if error is not None:
-            raise self._counted(error)
+        if is_error_event or _ERROR_MARK in data:
+            error = error_from_stream_event(data, is_error_event=is_error_event)
+            if error is not None:
+                raise self._counted(error)
+        try:
+            return check_chunk(data, self._name)
+        except UpstreamError as error:
+            raise self._counted(error) from None
 
     def _payload(self, request: ClientRequest, *, is_stream: bool) -> bytes:
         body = request.body

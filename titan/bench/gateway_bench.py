@@ -48,14 +48,14 @@ class GatewaySettings:
     def quick(cls, **overrides: Any) -> GatewaySettings:
         """Seconds per phase: a smoke run of everything (the test's)."""
         settings = cls(
-            duration_s=2.0,
-            warmup_s=0.5,
+            duration_s=1.0,
+            warmup_s=0.3,
             concurrencies=(1, 4),
-            transients_duration_s=5.0,
+            transients_duration_s=3.0,
             transients_concurrency=4,
             transients_warmup_s=0.3,
-            outage_start_s=1.5,
-            outage_duration_s=1.0,
+            outage_start_s=1.0,
+            outage_duration_s=0.8,
             timeout_s=10.0,
             is_quick=True,
         )

@@ -17,6 +17,7 @@ from titan.cli.jobs import jobs_app
 from titan.cli.keys import keys_app
 from titan.cli.plan import plan
 from titan.cli.simulate import simulate
+from titan.cli.storage import storage_app
 from titan.cli.worker import worker
 from titan.config import TitanConfig, gateway, loading
 from titan.errors import ConfigError, TitanError
@@ -157,6 +158,7 @@ def run_server(config: TitanConfig) -> int:
     import uvicorn
 
     from titan.api import create_app
+    from titan.api.header_deadline import uvicorn_http_protocol
     from titan.observability import configure_logging
 
     configure_logging(config.server.log_level)
@@ -176,7 +178,10 @@ def run_server(config: TitanConfig) -> int:
             host=config.server.host,
             port=config.server.port,
             loop="uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
-            http="httptools" if importlib.util.find_spec("httptools") else "h11",
+            http=uvicorn_http_protocol(
+                "httptools" if importlib.util.find_spec("httptools") else "h11",
+                config.server.limits.header_timeout_s,
+            ),
             workers=1,
             lifespan="on",
             # Titan's own request line (titan.requests) says more than uvicorn's access line.
@@ -319,6 +324,7 @@ def build_cli() -> typer.Typer:
     cli.add_typer(config_app, name="config")
     cli.add_typer(keys_app, name="keys")
     cli.add_typer(jobs_app, name="jobs")
+    cli.add_typer(storage_app, name="storage")
     cli.command("worker")(worker)
     cli.command("simulate")(simulate)
     cli.command("chaos")(chaos)

@@ -24,6 +24,8 @@ from titan.config.admission import (
     TenantConfig,
 )
 from titan.config.cache import CacheConfig
+from titan.config.data_at_rest import DataAtRestConfig
+from titan.config.guardrails import GuardrailsConfig
 from titan.config.jobs import JobsConfig
 from titan.config.observability import ObservabilityConfig, SloConfig
 from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
@@ -215,6 +217,7 @@ class TitanConfig(Settings):
     probes: ProbeConfig = ProbeConfig()
     # memory://, sqlite:///path (default: durable keys and usage), redis://host:port/db (replicas)
     storage: str = DEFAULT_STORAGE
+    data_at_rest: DataAtRestConfig = DataAtRestConfig()  # encryption keys, retention per kind
     auth: AuthConfig = AuthConfig()
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     admission: AdmissionConfig = AdmissionConfig()
@@ -222,6 +225,7 @@ class TitanConfig(Settings):
     context: ContextConfig = ContextConfig()
     jobs: JobsConfig = JobsConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
+    guardrails: GuardrailsConfig = GuardrailsConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> TitanConfig:

@@ -68,6 +68,9 @@ class RequestLimits(Settings):
     """Bounds on what one request may carry; each breach is a clear 4xx, never a 5xx."""
 
     max_body_bytes: ByteSize = 32 * 1024**2  # 413 past it; "32MiB" accepted
+    # The request line and headers must arrive within this of the connection opening (or of a
+    # keep-alive request's first byte): slowloris clients get 408 and lose the connection.
+    header_timeout_s: float = Field(10.0, gt=0)
     # The whole body must arrive within this (slow or stalled uploads get 408).
     body_timeout_s: float = Field(30.0, gt=0)
     max_json_depth: int = Field(64, ge=2, le=1000)  # nested arrays/objects; orjson stops at 1024

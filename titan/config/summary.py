@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from titan.config.data_at_rest import DataAtRestConfig
 from titan.config.gateway import (
     ALL_UPSTREAM_MODELS,
     BreakerConfig,
@@ -17,6 +18,7 @@ from titan.config.gateway import (
     Timeouts,
     TitanConfig,
 )
+from titan.config.guardrails import GuardrailsConfig
 from titan.config.simulation import SimulationProfile
 
 SECRET_MASK = "***"
@@ -34,6 +36,8 @@ def describe(config: TitanConfig) -> str:
         f"hedge: {_hedge(config.hedge)}",
         f"breaker: {_breaker(config.breaker)}",
         f"probes: {_probes(config.probes)}",
+        f"data at rest: {_data_at_rest(config.data_at_rest)}",
+        f"guardrails: {_guardrails(config.guardrails)}",
     ]
     return "\n".join(lines)
 
@@ -164,3 +168,27 @@ def _probes(probes: ProbeConfig) -> str:
     if not probes.enabled:
         return "off"
     return f"every {probes.interval_s:g}s, timeout {probes.timeout_s:g}s"
+
+
+def _data_at_rest(data: DataAtRestConfig) -> str:
+    # The keys are secrets: how many, never what (nor a fingerprint).
+    num_keys = len(data.encryption_keys)
+    if num_keys:
+        text = f"encrypted (AES-256-GCM), {num_keys} key(s) {SECRET_MASK}, the first seals"
+    else:
+        text = "not encrypted"
+    kept = data.retention.seconds_by_kind()
+    if kept:
+        text += "; retention " + ", ".join(f"{kind} {_days(s)}" for kind, s in kept.items())
+    return text
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g}d" if seconds >= 86400 else f"{seconds:g}s"
+
+
+def _guardrails(guardrails: GuardrailsConfig) -> str:
+    if not guardrails.policies:
+        return "off"
+    policies = guardrails.policies
+    return "; ".join(f"{p.name}: {p.action} {'+'.join(p.stages)}" for p in policies)

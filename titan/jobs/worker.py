@@ -20,6 +20,7 @@ from typing import Any
 
 from titan.errors import OverloadedError, QuotaExceededError, RateLimitError, TitanError
 from titan.storage.base import Job, JobQueue
+from titan.storage.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ Execute = Callable[[Job], Awaitable[dict[str, Any]]]
 RETRYABLE_STATUSES = frozenset((408, 409, 425, 429, 500, 502, 503, 504))
 # Leases are renewed this often at most: a cancel asked on another replica arrives this fast.
 MAX_RENEW_INTERVAL_S = 1.0
+# While the queue's store fails, claims back off from poll_s, doubling, up to this.
+MAX_OUTAGE_BACKOFF_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,10 @@ class JobWorker:
         self._wake = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._is_stopping = False
+        extra = {"worker": name}
+        self._claims = OutageLog(f"worker {name}: claiming jobs", logger, extra)
+        self._renewals = OutageLog(f"worker {name}: renewing leases", logger, extra)
+        self._settlements = OutageLog(f"worker {name}: storing job outcomes", logger, extra)
 
     def start(self) -> None:
         self._loops = [
@@ -142,14 +149,18 @@ class JobWorker:
                     claimed = await self.queue.claim(
                         self.name, limit=free, lease_s=self.lease_s, now=self.now()
                     )
-                except Exception:  # the store is down: keep trying, slowly
-                    logger.exception("claiming jobs failed", extra={"worker": self.name})
+                except Exception as exc:  # the store is down: keep trying, slowly
+                    self._claims.failed(exc)
+                else:
+                    self._claims.succeeded()
                 for job in claimed:
                     self._launch(job)
             if claimed and len(claimed) == free:
                 continue  # maybe more are due: claim again once a slot frees
             with contextlib.suppress(TimeoutError):  # the poll: jobs may have come due
-                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                await asyncio.wait_for(
+                    self._wake.wait(), self._claims.backoff_s(self.poll_s, MAX_OUTAGE_BACKOFF_S)
+                )
 
     async def _lease_loop(self) -> None:
         interval = min(self.lease_s / 3, MAX_RENEW_INTERVAL_S)
@@ -162,9 +173,10 @@ class JobWorker:
                     held = await self.queue.renew(
                         job_id, self.name, lease_s=self.lease_s, now=self.now()
                     )
-                except Exception:  # keep the job: the lease outlives a short store outage
-                    logger.exception("renewing a lease failed", extra={"job_id": job_id})
-                    continue
+                except Exception as exc:  # keep the job: the lease outlives a short outage
+                    self._renewals.failed(exc)
+                    break  # the others would fail alike: try them all again next round
+                self._renewals.succeeded()
                 if held is None:  # another worker has it now: our result would not count
                     self._stop_run(job_id, "lost")
                 elif held.is_cancel_requested:
@@ -196,8 +208,8 @@ class JobWorker:
                 await self._after_failure(job, exc)
             else:
                 await self._settle(job, "succeeded", result=result)
-        except Exception:  # settling failed: the lease runs out and the job runs again
-            logger.exception("settling a job failed", extra={"job_id": job.id})
+        except Exception as exc:  # settling failed: the lease runs out and the job runs again
+            self._settlements.failed(exc)
         finally:
             self.runs.pop(job.id, None)
             run.done.set()
@@ -228,6 +240,7 @@ class JobWorker:
     async def _settle(self, job: Job, state: str, **outcome: Any) -> None:
         settled = await self.queue.settle(job.id, self.name, state=state, now=self.now(),
                                           **outcome)  # fmt: skip
+        self._settlements.succeeded()
         if settled:
             self.num_settled += 1
         if settled and state != "queued" and self.on_finished is not None:

@@ -137,6 +137,12 @@ class TitanMetrics:
             "auth, budget, cache, usage, ready).",
             ["component"], registry=r,
         )  # fmt: skip
+        self.guardrail_hits = Counter(
+            "titan_guardrail_hits",
+            "Requests a guardrail policy matched, by policy, stage (input, output) and action "
+            "(block, redact, flag); counted once per request and stage.",
+            ["policy", "stage", "action"], registry=r,
+        )  # fmt: skip
         self.jobs = Gauge(
             "titan_jobs", "Jobs in the queue by state.", ["state"], registry=r,
             multiprocess_mode="mostrecent",

@@ -65,10 +65,21 @@ def _validate_content(value: Any) -> str | list[TextContentPart]:
 
 
 # A string or a list of {"type": "text", "text": ...} parts; other part types are refused.
-Content = Annotated[str | list[TextContentPart] | None, PlainValidator(_validate_content)]
+Content = Annotated[
+    str | list[TextContentPart] | None,
+    PlainValidator(_validate_content, json_schema_input_type=str | list[TextContentPart]),
+]
+
+
+def _content_in_schema(schema: dict[str, Any]) -> None:
+    # The schema asks for content on every turn: only an assistant turn that called tools may
+    # leave it out, a case JSON Schema would need if/then for.
+    schema["required"] = [*schema.get("required", []), "content"]
 
 
 class ChatRequestMessage(RequestModel):
+    model_config = RequestModel.model_config | {"json_schema_extra": _content_in_schema}
+
     role: Role
     content: Content = None
     name: str | None = None
@@ -108,7 +119,13 @@ def _validate_tool_choice(value: Any) -> str | dict[str, Any]:
     )
 
 
-ToolChoice = Annotated[str | dict[str, Any] | None, PlainValidator(_validate_tool_choice)]
+ToolChoice = Annotated[
+    str | dict[str, Any] | None,
+    PlainValidator(
+        _validate_tool_choice,
+        json_schema_input_type=Literal["none", "auto", "required"] | dict[str, Any] | None,
+    ),
+]
 
 
 class ChatCompletionRequest(SamplingFields):

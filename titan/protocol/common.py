@@ -57,7 +57,16 @@ def _validate_stop(value: Any) -> list[str]:
 
 
 # `str | list[str]` on the wire, always a list once parsed.
-Stop = Annotated[list[str] | None, PlainValidator(_validate_stop)]
+# `json_schema_input_type`: the OpenAPI document shows what clients may send.
+Stop = Annotated[
+    list[str] | None,
+    PlainValidator(
+        _validate_stop,
+        json_schema_input_type=str
+        | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)]
+        | None,
+    ),
+]
 
 
 class StreamOptions(RequestModel):

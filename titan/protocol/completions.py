@@ -45,7 +45,19 @@ def _validate_prompt(value: Any) -> PromptInput:
     )
 
 
-Prompt = Annotated[PromptInput, PlainValidator(_validate_prompt)]
+Prompt = Annotated[
+    PromptInput,
+    PlainValidator(
+        _validate_prompt,
+        json_schema_input_type=str
+        | Annotated[list[str], Field(min_length=1)]
+        | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+        | Annotated[
+            list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
+            Field(min_length=1),
+        ],
+    ),
+]
 
 
 class CompletionRequest(SamplingFields):

@@ -165,7 +165,7 @@ class CacheStep:
         finally:
             await close_stream(stream)
         whole = assembler.whole()
-        if whole is not None:
+        if whole is not None and plan.is_storable:  # a guardrail may block the stream midway
             self._store(plan, whole)
 
 

@@ -25,6 +25,7 @@ from titan.jobs.worker import JobWorker, RetryPolicy
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
 from titan.service.pipeline import Pipeline
 from titan.storage.base import JOB_STATES, Job, JobQueue
+from titan.storage.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +205,7 @@ class JobsService:
     async def _purge_loop(self) -> None:
         """Drops expired jobs now and then, and keeps the jobs-by-state gauge current."""
         next_purge = 0.0
+        upkeep = OutageLog("job queue upkeep", logger)
         while True:
             try:
                 if time.monotonic() >= next_purge:
@@ -212,6 +214,8 @@ class JobsService:
                 counts = await self.queue.counts()
                 for state in JOB_STATES:
                     self.pipeline.metrics.jobs.labels(state).set(counts.get(state, 0))
-            except Exception:
-                logger.exception("job queue upkeep failed")
-            await asyncio.sleep(GAUGE_INTERVAL_S)
+            except Exception as exc:  # storage down: once per outage, then back off
+                upkeep.failed(exc)
+            else:
+                upkeep.succeeded()
+            await asyncio.sleep(upkeep.backoff_s(GAUGE_INTERVAL_S, max_s=60.0))

@@ -19,6 +19,7 @@ from titan.backends import Backend, create_backend
 from titan.cache.embedder import Embedder
 from titan.cache.response_cache import ResponseCache
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
+from titan.context.retention import RetentionSweeper
 from titan.errors import (
     InvalidRequestError,
     ModelNotFoundError,
@@ -34,6 +35,7 @@ from titan.router.retry import HedgeBudget
 from titan.service.admission import Gatekeeper
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.caching import CacheStep
+from titan.service.guard import Guardrails
 from titan.service.observing import RequestObserver
 from titan.service.probes import run_probes
 from titan.service.requests import RequestFlow
@@ -60,6 +62,8 @@ class Pipeline:
         self.metrics = TitanMetrics(frozenset(config.tenants))
         self.metrics.watch(LiveState(self.stats))
         self.tracer = Tracer(config.observability.tracing)
+        # Hooks are imported here: a missing one fails at startup, not on a request.
+        self.guard = Guardrails(config.guardrails, self.metrics)
         self.gate: Gatekeeper | None = None
         self._factory = backend_factory
         self._now = now
@@ -80,6 +84,7 @@ class Pipeline:
         self.jobs: Any = None  # the jobs service (and its in-process worker)
         self.dashboard: Any = None  # the live dashboard's sampler, made on first use
         self._probe_task: asyncio.Task[None] | None = None
+        self._sweeper: RetentionSweeper | None = None  # purges expired data (data_at_rest)
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
         deployment = model.deployments[index]
@@ -109,7 +114,9 @@ class Pipeline:
         while), discover the models of wildcard upstreams, then start admission, routing and the
         health probes."""
         if self.storage is None:
-            self.storage = await open_storage(self.config.storage)
+            self.storage = await open_storage(
+                self.config.storage, data_at_rest=self.config.data_at_rest
+            )
             self._owns_storage = True
         await asyncio.gather(*(backend.start() for _, _, backend in self._planned))
         models: dict[str, list[DeploymentState]] = {}
@@ -144,6 +151,7 @@ class Pipeline:
             now=self._now,
             retry_after_s=self.config.admission.default_deadline_s / 4,
             observer=RequestObserver(self.config, self.metrics, self.tracer),
+            guard=self.guard,
         )
         # Everything loaded so far (modules, weights' metadata, the cache index) lives as long
         # as the process: the collector's full passes need not walk it (they showed as 10 ms
@@ -162,6 +170,11 @@ class Pipeline:
                 jobs.start_worker()
             else:
                 jobs.start_upkeep()
+        self._sweeper = RetentionSweeper(
+            self.storage, lambda: None if self.rag is None else self.rag.stores(),
+            interval_s=self.config.data_at_rest.sweep_interval_s, now=time.time,
+        )  # fmt: skip
+        self._sweeper.start()
 
     async def _discover(
         self,
@@ -252,6 +265,8 @@ class Pipeline:
             await self.dashboard.stop()
         if self.jobs is not None:  # first: running jobs go back to the queue while it is open
             await self.jobs.stop()
+        if self._sweeper is not None:
+            await self._sweeper.stop()
         if self._probe_task is not None:
             self._probe_task.cancel()
             await asyncio.gather(self._probe_task, return_exceptions=True)

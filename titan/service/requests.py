@@ -22,6 +22,7 @@ from titan.service.accounting import StreamMeter, canned_answer, canned_stream, 
 from titan.service.admission import CHARS_PER_TOKEN, Gatekeeper, Ticket
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.caching import CachePlan, CacheStep
+from titan.service.guard import GuardHits, Guardrails
 from titan.service.observing import RequestObserver, answer_text, prompt_text, timed_answer
 from titan.service.streaming import close_stream
 
@@ -40,6 +41,7 @@ class Prepared:
     ticket: Ticket | None = None
     cache: CachePlan | None = None
     answered: Routed[Any] | None = None
+    guard_hits: GuardHits | None = None  # None: no guardrail policies configured
 
 
 class RequestFlow:
@@ -54,8 +56,10 @@ class RequestFlow:
         now: Callable[[], float],
         retry_after_s: float,
         observer: RequestObserver,
+        guard: Guardrails | None = None,
     ):
         self.observer = observer
+        self.guard = guard if guard is not None and guard.is_active else None
         self.gate = gate
         self.runner = runner
         self.cache = cache
@@ -74,6 +78,11 @@ class RequestFlow:
             model, traits, deadline = await self._route(request)
         record.model = model.name
         await gate.check_policy(caller, request.model or model.name)
+        hits = None
+        if self.guard is not None:  # before the cache: a redacted prompt has its own key
+            hits = self.guard.hits_for(request)
+            with span("titan.guardrails_input"):
+                request = await self.guard.check_input(request, model.name, hits)
         with span("titan.cache_lookup"):
             plan = await self.cache.lookup(request, caller.tenant, model.name)
         if plan is not None:
@@ -83,8 +92,9 @@ class RequestFlow:
             request = dataclasses.replace(request, body=body)
         if plan is not None and plan.lookup.hit is not None:
             return Prepared(
-                request, model, traits, deadline, answered=self.cache.replay(plan, request)
-            )
+                request, model, traits, deadline, answered=self.cache.replay(plan, request),
+                guard_hits=hits,
+            )  # fmt: skip
         degradation = gate.degradation(model.name, caller)
         if (step := degradation.step("fallback_model")) is not None:
             model = self._model_named(step.model)
@@ -96,8 +106,9 @@ class RequestFlow:
             gate.metrics.inc(gate.metrics.degraded, model.name, "cache_only")
             if step.reply is not None:
                 return Prepared(
-                    request, model, traits, deadline, answered=_canned(request, model, step.reply)
-                )
+                    request, model, traits, deadline, guard_hits=hits,
+                    answered=_canned(request, model, step.reply),
+                )  # fmt: skip
             error = OverloadedError(
                 f"Model '{model.name}' is overloaded and answers requests of the "
                 f"{caller.priority} class from the cache only; nothing is cached for this one. "
@@ -112,7 +123,7 @@ class RequestFlow:
                 caller, request, model.name, traits.prompt_chars, admission_deadline, degradation
             )
         record.queue_s = ticket.admitted.wait_s
-        return Prepared(request, model, traits, deadline, ticket, plan)
+        return Prepared(request, model, traits, deadline, ticket, plan, guard_hits=hits)
 
     async def complete(self, request: ClientRequest) -> Routed[Answer]:
         record = self.observer.start(request)
@@ -145,7 +156,7 @@ class RequestFlow:
     async def _complete(self, request: ClientRequest, record: RequestRecord) -> Routed[Answer]:
         prepared = await self._prepare(request, record)
         if prepared.answered is not None:
-            return prepared.answered  # type: ignore[no-any-return]
+            return await self._guarded_replay(prepared)
         ticket: Ticket = prepared.ticket  # type: ignore[assignment]
         started = self._now()
         try:
@@ -157,11 +168,18 @@ class RequestFlow:
             raise
         self.gate.observe_first_token(ticket, self._now() - started)
         await self.gate.finish(ticket, usage_of(routed.value), is_served=True)
+        is_blocked = False
+        if self.guard is not None and prepared.guard_hits is not None:
+            answer, is_blocked = await self.guard.check_answer(
+                routed.value, prepared.request, prepared.model.name, prepared.guard_hits
+            )
+            routed = dataclasses.replace(routed, value=answer)
         if prepared.cache is not None:
-            self.cache.store_whole(prepared.cache, routed.value)
+            if not is_blocked:  # a blocked answer is never replayed
+                self.cache.store_whole(prepared.cache, routed.value)
             routed.headers.update(prepared.cache.headers)
         routed.headers.update(ticket.headers)
-        return routed
+        return _marked(routed, prepared.guard_hits)
 
     async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
         """A started stream: refusals (and retries) happen before the first chunk is handed out.
@@ -189,7 +207,7 @@ class RequestFlow:
     ) -> Routed[AsyncIterator[Answer]]:
         prepared = await self._prepare(request, record)
         if prepared.answered is not None:
-            return prepared.answered  # type: ignore[no-any-return]
+            return await self._guarded_replay(prepared)
         ticket: Ticket = prepared.ticket  # type: ignore[assignment]
         plan = prepared.cache
         forwarded = prepared.request
@@ -206,11 +224,43 @@ class RequestFlow:
         self.gate.observe_first_token(ticket, self._now() - started)
         meter = StreamMeter(-(-prepared.traits.prompt_chars // CHARS_PER_TOKEN))
         stream = _metered(routed.value, meter, self.gate, ticket)
+        if self.guard is not None and prepared.guard_hits is not None:
+            stream = self.guard.stream(
+                stream, prepared.request, prepared.model.name, prepared.guard_hits,
+                on_block=lambda: _not_storable(plan),
+            )  # fmt: skip
         if plan is not None:
             stream = self.cache.recording(plan, prepared.request, stream)
             routed.headers.update(plan.headers)
         routed.headers.update(ticket.headers)
-        return dataclasses.replace(routed, value=stream)
+        return _marked(dataclasses.replace(routed, value=stream), prepared.guard_hits)
+
+    async def _guarded_replay(self, prepared: Prepared) -> Routed[Any]:
+        """A cached (or configured) answer passes the output policies too: it was stored under
+        the policies of its day, which may have changed since."""
+        routed: Routed[Any] = prepared.answered  # type: ignore[assignment]
+        hits = prepared.guard_hits
+        if self.guard is None or hits is None:
+            return routed
+        model = prepared.model.name
+        if prepared.request.is_stream:
+            value = self.guard.stream(routed.value, prepared.request, model, hits, lambda: None)
+        else:
+            value, _ = await self.guard.check_answer(routed.value, prepared.request, model, hits)
+        return _marked(dataclasses.replace(routed, value=value), hits)
+
+
+def _marked(routed: Routed[Any], hits: GuardHits | None) -> Routed[Any]:
+    """The answer with the ``x-titan-guardrails`` header naming the policies that matched so
+    far (a stream's own output matches come too late for a header: metric and log only)."""
+    if hits is not None:
+        routed.headers.update(hits.headers())
+    return routed
+
+
+def _not_storable(plan: CachePlan | None) -> None:
+    if plan is not None:
+        plan.is_storable = False
 
 
 def _status_of(exc: BaseException) -> tuple[int, str | None]:

@@ -93,7 +93,11 @@ def response_object(
 ) -> dict[str, Any]:
     prompt = int((usage or {}).get("prompt_tokens", trimmed.num_prompt_tokens))
     completion = int((usage or {}).get("completion_tokens", 0))
-    is_cut = finish_reason == "length"
+    # Cut by the output budget, or by a guardrail (OpenAI's two incomplete reasons).
+    cut_reason = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(
+        finish_reason or ""
+    )
+    is_cut = cut_reason is not None
     message = {
         "type": "message",
         "id": item_id or response_item_id(),
@@ -109,7 +113,7 @@ def response_object(
         "object": "response",
         "created_at": created_at or int(time.time()),
         "status": "incomplete" if is_cut else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if is_cut else None,
+        "incomplete_details": {"reason": cut_reason} if is_cut else None,
         "error": None,
         "model": model,
         "output": output,

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from titan.errors import ConfigError, ServiceUnavailableError
 from titan.storage.base import Storage
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 from titan.storage.memory_cache import MemoryCache
+from titan.storage.retention import RetainedDocuments
+from titan.storage.sealed import Keyring, SealedDocuments
+from titan.storage.sealed_cache import SealedCache
+from titan.storage.sealed_jobs import SealedJobs
+
+if TYPE_CHECKING:
+    from titan.config.data_at_rest import DataAtRestConfig
 
 SCHEMES = "memory://, sqlite:///PATH (sqlite:///~/x.db, sqlite:////abs/x.db), redis://, rediss://"
 REDIS_CONNECT_TIMEOUT_S = 5.0
@@ -20,7 +28,11 @@ REDIS_MAX_CONNECTIONS = 64
 
 
 async def open_storage(
-    url: str, *, now: Callable[[], float] | None = None, key_prefix: str = "titan:"
+    url: str,
+    *,
+    now: Callable[[], float] | None = None,
+    key_prefix: str = "titan:",
+    data_at_rest: DataAtRestConfig | None = None,
 ) -> Storage:
     """Opens ``url``: ``memory://`` (one process), ``sqlite:///PATH`` (durable documents and
     counters; limits in memory, since one process owns them) or ``redis://host:port/db`` /
@@ -29,7 +41,35 @@ async def open_storage(
     ``now`` is the memory stores' clock (tests inject one); SQLite and Redis keep their own.
     Cached answers expire by wall-clock time, so without ``now`` their memory store uses
     ``time.time``, not the monotonic clock of the limits.
+
+    With ``data_at_rest`` (the server always passes it) documents and cached answers are sealed
+    with its keys and documents expire by its retention, whatever the store: see
+    ``titan.storage.sealed`` and ``titan.storage.retention``.
     """
+    storage = await _open(url, now, key_prefix)
+    if data_at_rest is not None:
+        protect(storage, data_at_rest, now or time.time)
+    return storage
+
+
+def protect(
+    storage: Storage, data_at_rest: DataAtRestConfig, now: Callable[[], float] = time.time
+) -> None:
+    """Wraps the storage's documents, cache and jobs: sealed with the configured keys (none: written
+    in clear, sealed data refused with a clear error), documents retained as configured."""
+    keyring = Keyring(data_at_rest.key_bytes())
+    storage.documents = SealedDocuments(storage.documents, keyring)
+    retention_s = data_at_rest.retention.seconds_by_namespace()
+    if retention_s:
+        storage.retention = RetainedDocuments(storage.documents, retention_s, now)
+        storage.documents = storage.retention
+    if storage.cache is not None:
+        storage.cache = SealedCache(storage.cache, keyring)
+    if storage.jobs is not None:
+        storage.jobs = SealedJobs(storage.jobs, keyring)
+
+
+async def _open(url: str, now: Callable[[], float] | None, key_prefix: str) -> Storage:
     clock = now or time.monotonic
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":

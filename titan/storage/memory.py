@@ -157,6 +157,10 @@ class MemoryDocuments:
     async def put(self, namespace: str, doc_id: str, doc: Mapping[str, Any]) -> None:
         self._docs.setdefault(namespace, {})[doc_id] = orjson.dumps(doc)
 
+    async def namespaces(self) -> list[str]:
+        """Every namespace holding a document (``titan storage reseal`` walks them)."""
+        return sorted(namespace for namespace, docs in self._docs.items() if docs)
+
     async def get(self, namespace: str, doc_id: str) -> dict[str, Any] | None:
         raw = self._docs.get(namespace, {}).get(doc_id)
         return None if raw is None else orjson.loads(raw)

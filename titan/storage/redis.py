@@ -299,6 +299,14 @@ class RedisDocuments:
     async def delete(self, namespace: str, doc_id: str) -> bool:
         return bool(await self._client.hdel(self._key(namespace), doc_id))
 
+    async def namespaces(self) -> list[str]:
+        """Every namespace holding a document (``titan storage reseal`` walks them): one SCAN
+        over this prefix's document hashes."""
+        head = self._key("")
+        pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in head) + "*"
+        found = [key.decode()[len(head) :] async for key in self._client.scan_iter(pattern)]
+        return sorted(found)
+
     async def list(self, namespace: str) -> list[tuple[str, dict[str, Any]]]:
         raw = await self._client.hgetall(self._key(namespace))
         # Sorting the UTF-8 bytes gives the code point order of sorted(str), as SQLite does.

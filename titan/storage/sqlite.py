@@ -4,11 +4,18 @@ sqlite3 blocks, so every call runs in a worker thread; one lock serializes the c
 shared by threads: ``check_same_thread=False``). Other processes may open the same file (``titan
 keys create`` while ``titan serve`` runs): WAL lets readers run beside a writer, writes take the
 lock with ``BEGIN IMMEDIATE`` and wait up to the busy timeout for another process's write.
+
+SQLite's own failures never reach a caller as ``sqlite3`` exceptions: a write lock held past the
+busy timeout, an I/O error or a read-only file become ``StorageUnavailableError`` (503
+``storage_unavailable``), a full disk or database ``StorageFullError`` (503 ``storage_full``),
+so the callers' fail-open/fail-closed policies apply as for an unreachable Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import sqlite3
 import threading
 import time
@@ -19,12 +26,15 @@ from typing import Any, TypeVar
 
 import orjson
 
+from titan.errors import StorageFullError, StorageUnavailableError
 from titan.storage.base import Increment, version_matches
 
 T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 5.0
 IN_MEMORY = ":memory:"
+# SQLite's primary result codes (the low byte of ``sqlite3.Error.sqlite_errorcode``).
+SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL = 5, 6, 8, 10, 13
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
@@ -64,24 +74,35 @@ CREATE INDEX IF NOT EXISTS cache_entries_expiry ON cache_entries (namespace, exp
 class SqliteDatabase:
     """One connection to one file, shared by ``SqliteDocuments`` and ``SqliteCounters``."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        path: str = IN_MEMORY,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
         self._connection = connection
         self._lock = threading.Lock()
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
 
     @classmethod
-    async def open(cls, path: str | Path) -> SqliteDatabase:
-        """Opens (creating the file, its directory and the tables) ``path``; ``~`` is expanded."""
-        return await asyncio.to_thread(cls._open_sync, str(path))
+    async def open(
+        cls, path: str | Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> SqliteDatabase:
+        """Opens (creating the file, its directory and the tables) ``path``; ``~`` is expanded.
+        A write waits up to ``busy_timeout_s`` for another process's write lock, then fails
+        with StorageUnavailableError."""
+        return await asyncio.to_thread(cls._open_sync, str(path), busy_timeout_s)
 
     @classmethod
-    def _open_sync(cls, path: str) -> SqliteDatabase:
+    def _open_sync(cls, path: str, busy_timeout_s: float) -> SqliteDatabase:
         if path != IN_MEMORY:
             file = Path(path).expanduser()
             file.parent.mkdir(parents=True, exist_ok=True)
             path = str(file)
         # isolation_level=None: no implicit transactions; writes say BEGIN IMMEDIATE themselves.
         connection = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
         try:
             connection.execute("PRAGMA journal_mode=WAL")
@@ -90,14 +111,24 @@ class SqliteDatabase:
         except BaseException:
             connection.close()
             raise
-        return cls(connection)
+        return cls(connection, path, busy_timeout_s)
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs ``work(connection)`` in a thread, alone on the connection."""
+        """Runs ``work(connection)`` in a thread, alone on the connection. A lock held too long,
+        a full disk or an I/O error raises a StorageUnavailableError (see ``storage_error``)."""
 
         def locked() -> T:
             with self._lock:
-                return work(self._connection)
+                try:
+                    return work(self._connection)
+                except (sqlite3.Error, OSError) as exc:
+                    # Never leave a half-done transaction open: the next call would fail with
+                    # "cannot start a transaction within a transaction" forever after.
+                    _roll_back(self._connection)
+                    error = storage_error(exc, self.busy_timeout_s)
+                    if error is None:
+                        raise
+                    raise error from exc
 
         return await asyncio.to_thread(locked)
 
@@ -105,17 +136,87 @@ class SqliteDatabase:
         await self.run(lambda connection: connection.close())
 
 
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def is_write_refused(exc: BaseException) -> bool:
+    """Another process holds the write lock, or there is no room to write: reads still work."""
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    text = str(exc).lower()
+    return _primary_code(exc) in (SQLITE_BUSY, SQLITE_LOCKED, SQLITE_FULL) or any(
+        phrase in text for phrase in ("locked", "busy", "is full")
+    )
+
+
+def storage_error(
+    exc: BaseException, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> StorageUnavailableError | None:
+    """The Titan error for SQLite's failure ``exc``; None for the others (a bug in a statement,
+    a constraint): those stay what they are. Clients read the message: it names no path."""
+    where = "The storage (SQLite)"
+    if isinstance(exc, OSError) and not isinstance(exc, sqlite3.Error):
+        if exc.errno == errno.ENOSPC:
+            return StorageFullError(f"{where} cannot write: no space left on the device. Free "
+                                    "disk space; reads keep working meanwhile.")  # fmt: skip
+        return None
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code, text = _primary_code(exc), str(exc).lower()
+    if code == SQLITE_FULL or "is full" in text:
+        return StorageFullError(
+            f"{where} is full ({exc}): nothing more can be stored until disk space is freed (or "
+            "the database's size limit raised). Reads keep working; retry once there is room."
+        )
+    if code in (SQLITE_BUSY, SQLITE_LOCKED) or "locked" in text or "busy" in text:
+        return StorageUnavailableError(
+            f"{where} is locked: another process has held its write lock for more than "
+            f"{busy_timeout_s:g} s ({exc}). Retry shortly; if it lasts, stop the process that "
+            "holds the file open for writing (a long `titan` command, a backup, an editor)."
+        )
+    if code == SQLITE_READONLY or "readonly" in text:
+        return StorageUnavailableError(f"{where} cannot be written ({exc}): check the file's "
+                                       "and its directory's permissions.")  # fmt: skip
+    if code == SQLITE_IOERR or "disk i/o error" in text:
+        return StorageUnavailableError(f"{where} failed to read or write the disk ({exc}). "
+                                       "Retry shortly; check the volume if it lasts.")  # fmt: skip
+    return None
+
+
+def _roll_back(connection: sqlite3.Connection) -> None:
+    # SQLite rolls some failed transactions back by itself (SQLITE_FULL may): only roll back an
+    # open one, and let a failing ROLLBACK not hide the error that caused it.
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
+
+
 @contextmanager
 def write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
     # IMMEDIATE takes the write lock up front, so a read-then-write cannot be interleaved by
     # another process's write (and waits on the busy timeout instead of failing mid-way).
+    # COMMIT is inside the try: a commit refused (disk full, busy) must not leave it open.
     connection.execute("BEGIN IMMEDIATE")
     try:
         yield
+        connection.execute("COMMIT")
     except BaseException:
-        connection.execute("ROLLBACK")
+        _roll_back(connection)
         raise
-    connection.execute("COMMIT")
+
+
+@contextmanager
+def busy_timeout(connection: sqlite3.Connection, seconds: float) -> Iterator[None]:
+    """A shorter wait for another process's write lock, for writes that may be skipped (the
+    cache's recently-used mark): they give up quickly instead of holding the request."""
+    (previous_ms,) = connection.execute("PRAGMA busy_timeout").fetchone()
+    connection.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {int(previous_ms)}")
 
 
 class SqliteDocuments:

@@ -1,7 +1,10 @@
 """Cached answers in the SQLite file (``CacheStore``), table ``cache_entries`` (schema in
 ``titan.storage.sqlite``). Each call is one transaction on the shared connection; calls that
 write take the write lock up front (``BEGIN IMMEDIATE``), so another process opening the same
-file cannot interleave with an eviction."""
+file cannot interleave with an eviction.
+
+Failures fail open at the caller: a store that raises StorageUnavailableError (locked, full) is
+a miss and stores nothing there; a lookup reads even while another process holds the write lock."""
 
 from __future__ import annotations
 
@@ -12,9 +15,17 @@ from collections.abc import Callable
 import orjson
 
 from titan.storage.base import CacheEntry
-from titan.storage.sqlite import SqliteDatabase, write_transaction
+from titan.storage.sqlite import (
+    SqliteDatabase,
+    busy_timeout,
+    is_write_refused,
+    write_transaction,
+)
 
 COLUMNS = "key, value, embedding, tags, created_at, expires_at"
+# A lookup waits this long at most for another process's write lock before it reads without
+# marking the entry used: a cache lookup must not hold a request for the full busy timeout.
+TOUCH_BUSY_TIMEOUT_S = 0.05
 
 
 def _entry(row: tuple) -> CacheEntry:
@@ -55,6 +66,21 @@ class SqliteCache:
         now = self._now()
 
         def get(connection: sqlite3.Connection) -> tuple | None:
+            try:
+                with busy_timeout(connection, TOUCH_BUSY_TIMEOUT_S):
+                    return touch(connection)
+            except sqlite3.Error as exc:
+                if not is_write_refused(exc):
+                    raise
+                # Locked by another process, or full: the read still works (WAL), the LRU
+                # mark and the lazy expiry wait for the next lookup.
+                row = connection.execute(
+                    f"SELECT {COLUMNS} FROM cache_entries WHERE namespace = ? AND key = ?",
+                    (namespace, key),
+                ).fetchone()
+                return None if row is None or row[5] <= now else row
+
+        def touch(connection: sqlite3.Connection) -> tuple | None:
             with write_transaction(connection):  # a hit writes: it marks the row recently used
                 row = connection.execute(
                     f"SELECT {COLUMNS} FROM cache_entries WHERE namespace = ? AND key = ?",

@@ -17,7 +17,7 @@ import orjson
 
 from titan.storage.base import Job
 from titan.storage.job_states import cancelled, settled, taken
-from titan.storage.sqlite import SqliteDatabase
+from titan.storage.sqlite import SqliteDatabase, write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -84,14 +84,10 @@ class SqliteJobQueue:
 
     async def _transaction(self, work: Any) -> Any:
         def run(connection: sqlite3.Connection) -> Any:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                outcome = work(connection)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-            return outcome
+            # Committed, or rolled back and raised (a refused COMMIT too): a job the caller is
+            # told was stored is stored; one that could not be is an error (503), never a 202.
+            with write_transaction(connection):
+                return work(connection)
 
         return await self._db.run(run)
 

@@ -14,6 +14,7 @@ from titan.api.routes import (
     health,
     jobs,
     models,
+    openapi,
     responses,
     vector_stores,
 )
@@ -24,6 +25,7 @@ def all_routes() -> list[BaseRoute]:
         Route("/health", health.health, methods=["GET"]),
         Route("/ready", health.ready, methods=["GET"]),
         Route("/stats", health.stats, methods=["GET"]),
+        Route("/openapi.json", openapi.openapi_document, methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         # Model ids may contain slashes ("HuggingFaceTB/SmolLM2-135M-Instruct").
         Route("/v1/models/{model:path}", models.retrieve_model, methods=["GET"]),

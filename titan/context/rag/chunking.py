@@ -66,7 +66,7 @@ def parse_chunking_strategy(asked: Any) -> tuple[int, int]:
     if asked is None or (isinstance(asked, dict) and asked.get("type") == "auto"):
         return DEFAULT_MAX_TOKENS, DEFAULT_OVERLAP
     static = asked.get("static") if isinstance(asked, dict) else None
-    if asked.get("type") != "static" or not isinstance(static, dict):  # type: ignore[union-attr]
+    if not isinstance(static, dict) or asked.get("type") != "static":
         raise InvalidRequestError(
             "chunking_strategy must be {'type': 'auto'} or {'type': 'static', 'static': "
             "{'max_chunk_size_tokens': N, 'chunk_overlap_tokens': M}}.",

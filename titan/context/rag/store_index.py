@@ -102,6 +102,14 @@ class StoreIndex:
         self._files.pop(store_id, None)
         self._revisions.pop(store_id, None)
 
+    async def prune(self, revisions: dict[str, int]) -> None:
+        """Forgets each held store not at its revision in ``revisions`` (store id -> revision;
+        absent: deleted). Under the sync lock: a store half loaded is not pulled from under it."""
+        async with self._syncing:
+            for store_id in list(self._files):
+                if self._revisions.get(store_id) != revisions.get(store_id):
+                    self.forget(store_id)
+
     def search(self, store_id: str, vector: Sequence[float], k: int) -> list[tuple[str, float]]:
         if self._index is None:
             return []

@@ -140,12 +140,27 @@ class VectorStores:
 
     async def delete(self, tenant: str, store_id: str) -> dict[str, Any]:
         await self.get(tenant, store_id)
+        await self.purge(tenant, store_id)
+        return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
+
+    async def purge(self, tenant: str, store_id: str) -> None:
+        """Removes the store with its files' links and chunks (a delete, or its retention
+        ended). The store document goes last, so a purge cut short is found and finished by
+        the next delete or sweep. Other replicas answer 404 for the store once its document is
+        gone, and drop its vectors at their next sweep (``prune_index``)."""
         for file_id, _ in await self.documents.list(_links(store_id)):
             await self.documents.delete(_links(store_id), file_id)
             await drop_chunks(self.documents, store_id, file_id)
         await self.documents.delete(STORES, scoped_id(tenant, store_id))
         self.index.forget(store_id)
-        return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
+
+    async def prune_index(self) -> None:
+        """Frees the vectors this replica holds of stores deleted or changed elsewhere (another
+        replica's delete, an expiry): a deleted store's vectors do not outlive it in memory. A
+        changed store reloads from storage at its next search."""
+        revisions = {stored["id"]: stored["revision"] for _, stored in
+                     await self.documents.list(STORES)}  # fmt: skip
+        await self.index.prune(revisions)
 
     async def _update(self, tenant: str, store_id: str, usage: int, **counts: int) -> None:
         """Adds to the store's file counts and usage and bumps its revision, by compare-and-set
