@@ -101,6 +101,21 @@ def request_lines(text: str) -> list[dict]:
     return [entry for entry in entries if entry.get("logger") == "titan.requests"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_content_log_shows_the_prompt_as_the_guardrails_redacted_it(caplog, capsys, stream):
+    caplog.set_level(logging.INFO, logger="titan.requests")
+    policy = {"name": "codename", "stages": ["input"], "action": "redact",
+              "blocklist": ["project nightingale"]}  # fmt: skip
+    guarded = {**config(log_content=True), "guardrails": {"policies": [policy]}}
+    with running_titan(guarded) as titan:
+        messages = [{"role": "user", "content": "status of Project Nightingale?"}]
+        body = {"model": "sim", "max_tokens": 2, "stream": stream, "messages": messages}
+        answered = httpx.post(f"{titan}/v1/chat/completions", json=body)
+        assert answered.status_code == 200
+    (line,) = request_lines(capsys.readouterr().err)
+    assert line["content"]["prompt"] == "status of [REDACTED_BLOCKLIST]?"
+
+
 def test_one_log_line_per_request_and_content_only_redacted(caplog, capsys):
     caplog.set_level(logging.INFO, logger="titan.requests")  # the lines follow its level
     secret = "Mail jane.doe@example.com or call +44 20 7946 0958, key sk-titan-abc123def456"

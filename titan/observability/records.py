@@ -34,6 +34,8 @@ class RequestRecord:
     inter_token_s: list[float] = field(default_factory=list)  # gaps between content chunks
     trace_id: str | None = None
     is_timed: bool = False  # the client asked for x-titan-timings
+    # The prompt as the model saw it, when a guardrail rewrote it: what a content log may show.
+    redacted_prompt: str | None = None
     _last_chunk_at: float | None = None
     _is_reported: bool = False
 

@@ -82,7 +82,10 @@ class RequestFlow:
         if self.guard is not None:  # before the cache: a redacted prompt has its own key
             hits = self.guard.hits_for(request)
             with span("titan.guardrails_input"):
-                request = await self.guard.check_input(request, model.name, hits)
+                checked = await self.guard.check_input(request, model.name, hits)
+            if checked is not request and self.observer.logs_content:
+                record.redacted_prompt = prompt_text(checked)
+            request = checked
         with span("titan.cache_lookup"):
             plan = await self.cache.lookup(request, caller.tenant, model.name)
         if plan is not None:
@@ -150,7 +153,7 @@ class RequestFlow:
             content = None
             if self.observer.logs_content:
                 answer = answer_text(routed.value) if routed is not None else ""
-                content = {"prompt": prompt_text(request), "answer": answer}
+                content = {"prompt": _logged_prompt(request, record), "answer": answer}
             self.observer.report(record, content)
 
     async def _complete(self, request: ClientRequest, record: RequestRecord) -> Routed[Answer]:
@@ -198,7 +201,9 @@ class RequestFlow:
         record.deployment, record.num_attempts = routed.deployment, routed.num_attempts
         if record.is_timed:
             routed.headers[TIMINGS_HEADER] = record.timings_header()
-        content = {"prompt": prompt_text(request)} if self.observer.logs_content else None
+        content = None
+        if self.observer.logs_content:
+            content = {"prompt": _logged_prompt(request, record)}
         observed = _observed(routed.value, record, self.observer, content)
         return dataclasses.replace(routed, value=observed)
 
@@ -248,6 +253,11 @@ class RequestFlow:
         else:
             value, _ = await self.guard.check_answer(routed.value, prepared.request, model, hits)
         return _marked(dataclasses.replace(routed, value=value), hits)
+
+
+def _logged_prompt(request: ClientRequest, record: RequestRecord) -> str:
+    """A content log shows the prompt as redacted by the guardrails, never the original."""
+    return record.redacted_prompt if record.redacted_prompt is not None else prompt_text(request)
 
 
 def _marked(routed: Routed[Any], hits: GuardHits | None) -> Routed[Any]:
