@@ -70,8 +70,10 @@ end
 """
 
 # ARGV: prefix, key. Returns the entry's fields, or nil.
+# allow-oom: a lookup (its LRU touch) keeps serving hits when Redis is out of memory.
 GET = (
-    LUA_COMMON
+    "#!lua flags=allow-oom\n"
+    + LUA_COMMON
     + """
 local fields = live(ARGV[2])
 if fields then redis.call('ZADD', KEYS[1], fmt(now), ARGV[2]) end
@@ -81,8 +83,11 @@ return fields
 
 # KEYS[6]: the entry hash. ARGV: prefix, key, value, has_embedding, embedding, tags, created_at,
 # expires_at, expire_at_ms, num_bytes, max_entries. Returns the evicted keys (expired first).
+# The "#!lua" line (Redis 7) declares a script that writes: Redis refuses it up front when out
+# of memory (OOM), instead of letting it run past maxmemory once its first command (DEL) wrote.
 PUT = (
-    LUA_COMMON
+    "#!lua\n"
+    + LUA_COMMON
     + """
 local key = ARGV[2]
 local old = tonumber(redis.call('HGET', KEYS[4], key) or '0')
