@@ -89,6 +89,7 @@ class FakeEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         priority: int = 0,
+        **options: object,  # share_prompt_with, beam: the real engine's, ignored here
     ) -> AsyncIterator[RequestOutput]:
         if self.is_shut_down:
             raise ServiceUnavailableError("engine is shut down")

@@ -54,11 +54,28 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
             "messages[0].content",
             ["input_audio", "only 'text'"],
         ),
-        ({"messages": USER, "tools": [{"type": "function"}]}, "tools", ["not supported"]),
+        ({"messages": USER, "tools": "get_weather"}, "tools", ["valid list"]),
+        ({"messages": USER, "tools": ["get_weather"]}, "tools[0]", ["valid dictionary"]),
+        ({"messages": USER, "tools": [{"type": "function"}]}, "tools[0].function", ["function"]),
         (
-            {"messages": USER, "response_format": {"type": "json_object"}},
+            {"messages": USER, "tools": [{"type": "function", "function": {"description": "x"}}]},
+            "tools[0].function.name",
+            ["'name'"],
+        ),
+        (
+            {"messages": USER, "tools": [{"function": {"name": "f", "parameters": {"type": 3}}}]},
+            "tools[0].function.parameters",
+            ["not a valid JSON Schema"],
+        ),
+        (
+            {"messages": USER, "tool_choice": {"type": "function", "function": {"name": "f"}}},
+            "tool_choice",
+            ["only allowed when 'tools'"],
+        ),
+        (
+            {"messages": USER, "response_format": {"type": "json_schema"}},
             "response_format",
-            ["json_object", "not supported by the embedded model yet"],
+            ["json_schema", "needs 'json_schema.schema'"],
         ),
         ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias", ["not supported"]),
         # Free text is never quoted back (it may be a prompt): its length is.
@@ -83,7 +100,7 @@ async def test_bad_chat_parameters_are_400_naming_the_param(
 async def test_tools_with_tool_choice_none_are_accepted(client: httpx.AsyncClient) -> None:
     body = {
         "messages": USER,
-        "tools": [{"type": "function"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather"}}],
         "tool_choice": "none",
         "max_tokens": 1,
     }
@@ -94,7 +111,13 @@ async def test_tools_with_tool_choice_none_are_accepted(client: httpx.AsyncClien
     ("body", "param"),
     [
         ({"prompt": "x", "suffix": "y"}, "suffix"),
-        ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": "x", "best_of": 3, "stream": True}, "best_of"),  # best_of > n streamed
+        ({"prompt": "x", "best_of": 2, "n": 3}, "best_of"),  # best_of < n
+        ({"prompt": "x", "use_beam_search": True, "temperature": 0.5}, "temperature"),
+        ({"prompt": "x", "use_beam_search": True, "stream": True}, "stream"),
+        ({"prompt": "x", "use_beam_search": True, "logprobs": 1}, "logprobs"),
+        ({"prompt": "x", "use_beam_search": True, "n": 11}, "n"),
+        ({"prompt": "x", "use_beam_search": True, "n": 2, "best_of": 1}, "best_of"),
         ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
         ({"prompt": "x", "logprobs": 6}, "logprobs"),
         ({"prompt": [[1], "a"]}, "prompt"),

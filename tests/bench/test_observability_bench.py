@@ -82,7 +82,7 @@ def test_settings_and_quick():
         10,
         1,
     )
-    assert (quick.rounds, quick.concurrency, quick.duration_s) == (1, 8, 2.0)
+    assert (quick.rounds, quick.concurrency, quick.duration_s) == (1, 8, 1.0)
     assert quick.is_quick and not full.is_quick
     assert ob.ObservabilitySettings.quick(rounds=3).rounds == 3
 

@@ -108,9 +108,9 @@ async def test_memory_stays_flat_during_sustained_overload(tmp_path: Path):
                     pass
                 await asyncio.sleep(0.1)
         rate = 3 * CAPACITY / LATENCY_S
-        await offer(base_url, rate, duration_s=10.0)  # warm: allocator pools, windows full
+        await offer(base_url, rate, duration_s=6.0)  # warm: allocator pools, windows full
         warm = rss_bytes(server.pid)
-        results = await offer(base_url, rate, duration_s=25.0)
+        results = await offer(base_url, rate, duration_s=15.0)
         after = rss_bytes(server.pid)
     finally:
         server.terminate()

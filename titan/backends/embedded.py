@@ -8,13 +8,24 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
+from titan.backends.embedded_choices import (
+    beam_search_options,
+    best_choices,
+    check_beam_params,
+    fill_from_beams,
+    num_sampled_choices,
+)
 from titan.backends.embedded_convert import (
     chat_logprobs,
     completion_logprobs,
     finish_reason,
 )
 from titan.backends.embedded_jobs import ChoiceResult, Job, chat_jobs, completion_jobs, usage_of
+from titan.backends.embedded_tool_parser import choice_message, tool_finish_reason
+from titan.backends.embedded_tool_stream import ToolCallStream
+from titan.backends.embedded_tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
+from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
 from titan.engine.outputs import RequestOutput
 from titan.errors import EngineError, ServiceUnavailableError
@@ -26,7 +37,6 @@ from titan.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatDelta,
-    ChatMessage,
     ClientRequest,
     Completion,
     CompletionChoice,
@@ -146,10 +156,18 @@ class EmbeddedBackend:
 
     # ---- requests → engine jobs ----------------------------------------------------------
 
-    async def _outputs(self, engine: Any, job: Job) -> AsyncIterator[RequestOutput]:
+    async def _outputs(
+        self, engine: Any, job: Job, beam: BeamSearchParams | None = None
+    ) -> AsyncIterator[RequestOutput]:
         """The engine's outputs for one job; leaving early closes (and so aborts) it."""
+        # Only when set: engines that know neither (test fakes) serve plain requests.
+        options: dict[str, Any] = (
+            {"share_prompt_with": job.share_prompt_with} if job.share_prompt_with else {}
+        )
+        if beam is not None:
+            options["beam"] = beam
         stream = engine.generate(
-            job.request_id, job.prompt_token_ids, job.params, priority=job.priority
+            job.request_id, job.prompt_token_ids, job.params, priority=job.priority, **options
         )
         async with closing_stream(stream):
             async for output in stream:
@@ -175,6 +193,31 @@ class EmbeddedBackend:
     async def _run_all(self, engine: Any, jobs: list[Job]) -> list[ChoiceResult]:
         return await gather_all([self._run_to_end(engine, job) for job in jobs])
 
+    async def _run_choices(
+        self, engine: Any, jobs: list[Job], request: ChatCompletionRequest | CompletionRequest
+    ) -> tuple[list[Job], list[ChoiceResult]]:
+        """Run the jobs; best_of keeps the n best, beam search fills n choices per prompt."""
+        beam = beam_search_options(request)
+        if beam is None:
+            results = await self._run_all(engine, jobs)
+            if num_sampled_choices(request) > request.n:
+                return best_choices(jobs, results, request.n)
+            return jobs, results
+        check_beam_params([job.params for job in jobs])
+        results = [ChoiceResult() for _ in jobs]
+        firsts = [index for index, job in enumerate(jobs) if job.share_prompt_with is None]
+        outputs = await gather_all([self._run_beam(engine, jobs[i], beam) for i in firsts])
+        for first, output in zip(firsts, outputs, strict=True):
+            fill_from_beams(output, results[first : first + request.n])
+        return jobs, results
+
+    async def _run_beam(self, engine: Any, job: Job, beam: BeamSearchParams) -> RequestOutput:
+        async with closing_stream(self._outputs(engine, job, beam)) as outputs:
+            async for output in outputs:
+                if output.is_finished:
+                    return output
+        raise EngineError(f"The engine ended request {job.request_id} without finishing it.")
+
     def _merged_outputs(
         self, engine: Any, jobs: list[Job]
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
@@ -185,21 +228,26 @@ class EmbeddedBackend:
     async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        jobs = chat_jobs(engine, request, request_id)
-        results = await self._run_all(engine, jobs)
+        plan = tool_plan(request)
+        jobs = chat_jobs(engine, request, request_id, plan)
+        jobs, results = await self._run_choices(engine, jobs, request)
+        choices = []
+        for job, result in zip(jobs, results, strict=True):
+            # Each choice's reply is read for tool calls on its own.
+            message, reason = choice_message(plan, result.text, result.finish_reason)
+            choices.append(
+                ChatCompletionChoice(
+                    index=job.choice_index,
+                    message=message,
+                    logprobs=chat_logprobs(result.logprobs) if request.logprobs else None,
+                    finish_reason=reason,
+                )
+            )
         return ChatCompletion(
             id=request_id,
             created=int(time.time()),
             model=engine.model_name,
-            choices=[
-                ChatCompletionChoice(
-                    index=job.choice_index,
-                    message=ChatMessage(content=result.text),
-                    logprobs=chat_logprobs(result.logprobs) if request.logprobs else None,
-                    finish_reason=result.finish_reason,
-                )
-                for job, result in zip(jobs, results, strict=True)
-            ],
+            choices=choices,
             usage=usage_of(jobs, results),
             system_fingerprint=SYSTEM_FINGERPRINT,
         )
@@ -209,7 +257,8 @@ class EmbeddedBackend:
     ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        jobs = chat_jobs(engine, request, request_id)
+        plan = tool_plan(request)
+        jobs = chat_jobs(engine, request, request_id, plan)
         created = int(time.time())
 
         def chunk(
@@ -225,6 +274,7 @@ class EmbeddedBackend:
             )
 
         results = [ChoiceResult() for _ in jobs]
+        tool_streams = [ToolCallStream(plan) for _ in jobs]
         has_sent_roles = False
         async with closing_stream(self._merged_outputs(engine, jobs)) as outputs:
             async for job_index, output in outputs:
@@ -239,20 +289,28 @@ class EmbeddedBackend:
                 result.num_output_tokens = output.num_output_tokens
                 result.num_cached_tokens = output.num_cached_tokens
                 reason = finish_reason(output.finish_reason)
-                if not (output.text or output.logprobs or reason):
-                    continue  # text held back (a possible stop string, half a character)
+                tool_stream = tool_streams[job_index]
+                # Text a tool call may be starting in is held back by the tool stream.
+                deltas = tool_stream.feed(output.text)
+                if reason:
+                    deltas += tool_stream.finish()
+                    reason = tool_finish_reason(reason, tool_stream.num_calls > 0)
+                if not (deltas or output.logprobs or reason):
+                    continue  # text held back (a possible stop string or tool call, half a char)
                 logprobs = chat_logprobs(output.logprobs or ()) if request.logprobs else None
-                delta = ChatDelta(content=output.text or None)
-                yield chunk(
-                    [
-                        ChatChunkChoice(
-                            index=jobs[job_index].choice_index,
-                            delta=delta,
-                            logprobs=logprobs,
-                            finish_reason=reason,
-                        )
-                    ]
-                )
+                deltas = deltas or [ChatDelta()]
+                for position, delta in enumerate(deltas):
+                    is_last = position == len(deltas) - 1
+                    yield chunk(
+                        [
+                            ChatChunkChoice(
+                                index=jobs[job_index].choice_index,
+                                delta=delta,
+                                logprobs=logprobs if position == 0 else None,
+                                finish_reason=reason if is_last else None,
+                            )
+                        ]
+                    )
         if request.include_usage:
             yield chunk([], usage=usage_of(jobs, results))
 
@@ -262,7 +320,7 @@ class EmbeddedBackend:
         engine = self._running_engine()
         request_id = make_id("cmpl")
         jobs, prompt_texts = completion_jobs(engine, request, request_id)
-        results = await self._run_all(engine, jobs)
+        jobs, results = await self._run_choices(engine, jobs, request)
         choices = []
         for job, result in zip(jobs, results, strict=True):
             prefix = prompt_texts[job.prompt_index] if request.echo else ""

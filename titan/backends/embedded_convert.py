@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from titan.engine.outputs import FinishReason, TokenLogprob
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling import SamplingParams, StructuredOutput
 from titan.errors import ContextLengthExceededError, InvalidRequestError, ServiceUnavailableError
 from titan.protocol import (
     ChatCompletionRequest,
@@ -30,12 +32,6 @@ def _not_supported(feature: str, param: str) -> InvalidRequestError:
 
 def check_chat_supported(request: ChatCompletionRequest) -> None:
     """Refuse, with a 400 naming the parameter, what the embedded engine cannot do yet."""
-    if request.tools and request.tool_choice != "none":
-        raise _not_supported("Tool calling ('tools')", "tools")
-    if request.response_format is not None and request.response_format.type != "text":
-        raise _not_supported(
-            f"response_format of type '{request.response_format.type}'", "response_format"
-        )
     if request.logit_bias:
         raise _not_supported("'logit_bias'", "logit_bias")
 
@@ -43,29 +39,10 @@ def check_chat_supported(request: ChatCompletionRequest) -> None:
 def check_completion_supported(request: CompletionRequest) -> None:
     if request.suffix:
         raise _not_supported("'suffix'", "suffix")
-    if request.best_of is not None and request.best_of != request.n:
-        raise InvalidRequestError(
-            f"Invalid value for 'best_of': only best_of equal to n ({request.n}) is supported "
-            f"by the embedded model, got {request.best_of}.",
-            param="best_of",
-        )
     if request.logit_bias:
         raise _not_supported("'logit_bias'", "logit_bias")
     if request.echo and request.logprobs is not None:
         raise _not_supported("'echo' together with 'logprobs' (prompt logprobs)", "echo")
-
-
-def chat_messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
-    """Plain dicts with string content, the shape chat templates expect."""
-    messages = []
-    for message in request.messages:
-        # Templates written before OpenAI's "developer" role know it as "system".
-        role = "system" if message.role == "developer" else message.role
-        entry: dict[str, Any] = {"role": role, "content": message.text}
-        if message.name is not None:
-            entry["name"] = message.name
-        messages.append(entry)
-    return messages
 
 
 def resolve_max_tokens(
@@ -117,7 +94,60 @@ def sampling_params(
         logprobs=num_logprobs,
         include_stop_str_in_output=request.include_stop_str_in_output,
         skip_special_tokens=request.skip_special_tokens,
+        structured=structured_output(request),
     )
+
+
+# vLLM's guided decoding fields and the constraint kind each one asks for.
+_GUIDED_KINDS = {
+    "guided_json": "json_schema",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+}
+
+
+def structured_output(request: SamplingFields) -> StructuredOutput | None:
+    """``response_format`` (chat) or one ``guided_*`` field → the engine's output constraint.
+    Raises InvalidRequestError naming the field when it is malformed or combined with another."""
+    given = [name for name in _GUIDED_KINDS if getattr(request, name, None) is not None]
+    response_format = getattr(request, "response_format", None)
+    if response_format is not None and response_format.type != "text":
+        given.insert(0, "response_format")
+    if not given:
+        return None
+    if len(given) > 1:
+        raise InvalidRequestError(
+            f"Invalid value for '{given[1]}': only one of {', '.join(given)} may be given "
+            "(each constrains the whole output).",
+            param=given[1],
+        )
+    name = given[0]
+    if name == "response_format":
+        return _response_format_constraint(response_format)
+    value = getattr(request, name)
+    if name == "guided_json":
+        text = value if isinstance(value, str) else orjson.dumps(value).decode()
+        return StructuredOutput("json_schema", text, param=name)
+    if name == "guided_choice":
+        return StructuredOutput("choice", choices=tuple(value), param=name)
+    return StructuredOutput(_GUIDED_KINDS[name], value, param=name)
+
+
+def _response_format_constraint(response_format: Any) -> StructuredOutput:
+    if response_format.type == "json_object":
+        return StructuredOutput("json_object", param="response_format")
+    # OpenAI's shape: {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}.
+    # The output is constrained whatever "strict" says (constraining is what makes it strict).
+    spec = response_format.json_schema
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise InvalidRequestError(
+            "Invalid value for 'response_format': type 'json_schema' needs "
+            "'json_schema.schema', a JSON Schema object.",
+            param="response_format",
+        )
+    return StructuredOutput("json_schema", orjson.dumps(schema).decode(), param="response_format")
 
 
 def choice_seed(seed: int | None, choice: int) -> int | None:

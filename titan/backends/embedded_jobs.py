@@ -3,17 +3,22 @@ usage they add up to."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from titan.backends.embedded_choices import (
+    beam_search_options,
+    num_sampled_choices,
+    scoring_params,
+)
 from titan.backends.embedded_convert import (
-    chat_messages,
     check_chat_supported,
     check_completion_supported,
     choice_seed,
     resolve_max_tokens,
     sampling_params,
 )
+from titan.backends.embedded_tools import ToolPlan, forced_call_constraint, render_chat_prompt
 from titan.engine.outputs import TokenLogprob
 from titan.engine.sampling import SamplingParams
 from titan.errors import InvalidRequestError
@@ -30,6 +35,8 @@ class Job:
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: int = 0
+    # n > 1: the job of the same prompt whose prompt KV this one forks (computed once).
+    share_prompt_with: str | None = None
 
 
 @dataclass
@@ -60,27 +67,48 @@ def usage_of(jobs: list[Job], results: list[ChoiceResult]) -> Usage:
     )
 
 
-def chat_jobs(engine: Any, request: ChatCompletionRequest, request_id: str) -> list[Job]:
+def _with_forced_calls(params: SamplingParams, plan: ToolPlan) -> SamplingParams:
+    """tool_choice "required" or named: the output constrained to the call's JSON."""
+    constraint = forced_call_constraint(plan)
+    if constraint is None:
+        return params
+    if params.structured is not None:
+        raise InvalidRequestError(
+            "Invalid value for 'tool_choice': a forced tool call cannot be combined with "
+            "structured output ('response_format' or 'guided_*'): both constrain the output.",
+            param="tool_choice",
+        )
+    return replace(params, structured=constraint)
+
+
+def chat_jobs(
+    engine: Any, request: ChatCompletionRequest, request_id: str, plan: ToolPlan
+) -> list[Job]:
     check_chat_supported(request)
     tokenizer = engine.tokenizer
-    text = tokenizer.apply_chat_template(chat_messages(request), add_generation_prompt=True)
+    text = render_chat_prompt(tokenizer, request, plan)
     prompt_ids = tokenizer.encode(text, add_special_tokens=False)
     max_tokens = resolve_max_tokens(
         request.max_output_tokens, len(prompt_ids), engine.max_model_len, "messages"
     )
+    beam_search_options(request)  # a bad combination is a 400 before anything runs
     return [
         Job(
             choice_index=i,
             prompt_index=0,
             request_id=f"{request_id}-{i}",
             prompt_token_ids=prompt_ids,
-            params=sampling_params(
-                request,
-                max_tokens=max_tokens,
-                num_logprobs=request.num_logprobs,
-                seed=choice_seed(request.seed, i),
+            params=_with_forced_calls(
+                sampling_params(
+                    request,
+                    max_tokens=max_tokens,
+                    num_logprobs=request.num_logprobs,
+                    seed=choice_seed(request.seed, i),
+                ),
+                plan,
             ),
             priority=request.priority,
+            share_prompt_with=f"{request_id}-0" if i else None,
         )
         for i in range(request.n)
     ]
@@ -110,6 +138,8 @@ def completion_jobs(
 ) -> tuple[list[Job], list[str]]:
     """The jobs, and each prompt's text (for echo)."""
     check_completion_supported(request)
+    beam_search_options(request)  # a bad combination is a 400 before anything runs
+    num_choices = num_sampled_choices(request)
     jobs: list[Job] = []
     prompt_texts: list[str] = []
     for prompt_index, prompt in enumerate(request.prompts):
@@ -121,16 +151,25 @@ def completion_jobs(
         max_tokens = resolve_max_tokens(
             request.max_tokens, len(prompt_ids), engine.max_model_len, "prompt"
         )
-        for i in range(request.n):
+        first_job_id = f"{request_id}-{prompt_index * num_choices}"
+        for i in range(num_choices):
             params = sampling_params(
                 request,
                 max_tokens=max_tokens,
                 num_logprobs=request.logprobs,
                 seed=choice_seed(request.seed, i),
             )
-            choice_index = prompt_index * request.n + i
+            choice_index = prompt_index * num_choices + i
             job_id = f"{request_id}-{choice_index}"
             jobs.append(
-                Job(choice_index, prompt_index, job_id, prompt_ids, params, request.priority)
+                Job(
+                    choice_index,
+                    prompt_index,
+                    job_id,
+                    prompt_ids,
+                    scoring_params(params, request),
+                    request.priority,
+                    share_prompt_with=first_job_id if i else None,
+                )
             )
     return jobs, prompt_texts

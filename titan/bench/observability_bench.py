@@ -56,7 +56,7 @@ class ObservabilitySettings:
     @classmethod
     def quick(cls, **overrides: Any) -> ObservabilitySettings:
         """One round of each, short cells, fewer connections: a smoke run (the test's)."""
-        settings = cls(duration_s=2.0, warmup_s=0.5, rounds=1, concurrency=8, timeout_s=10.0,
+        settings = cls(duration_s=1.0, warmup_s=0.3, rounds=1, concurrency=8, timeout_s=10.0,
                        is_quick=True)  # fmt: skip
         return replace(settings, **overrides)
 

@@ -393,5 +393,29 @@ def observability(
 
 
 register(bench_app)  # titan bench http://… [options]: any OpenAI-compatible endpoint
+
+
+@bench_app.command("structured")
+def structured(
+    output: Annotated[
+        Path, typer.Option(help="Markdown file; the structured section is replaced, others kept.")
+    ] = Path("bench/RESULTS.md"),
+    quick: Annotated[bool, typer.Option("--quick", help="4 requests, 8 tokens, 1 round.")] = False,
+) -> None:
+    """Constrained decoding: tokens/s with half of a 32-request batch JSON-schema constrained vs
+    none, and schema compile time (first vs cached)."""
+    from titan.bench.structured_bench import StructuredBenchSettings, bench_structured
+    from titan.bench.structured_report import print_console
+    from titan.errors import TitanError
+
+    settings = StructuredBenchSettings.quick() if quick else StructuredBenchSettings()
+    run_bench(
+        "structured",
+        lambda progress: bench_structured(settings, output=output, progress=progress),
+        print_console,
+        (TitanError, OSError),
+    )
+
+
 bench_app.command("loadgen")(loadgen)
 bench_app.command("planner")(planner)

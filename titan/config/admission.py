@@ -93,7 +93,11 @@ class Price(Settings):
     completion_per_1m: float = Field(0.0, ge=0)
 
 
-DegradationAction = Literal["fallback_model", "cap_max_tokens", "cache_only"]
+# relax_structured_output: response_format / guided_* requests run unconstrained (constrained
+# decoding costs CPU per token; the client sees x-titan-degraded and validates the output).
+DegradationAction = Literal[
+    "fallback_model", "cap_max_tokens", "cache_only", "relax_structured_output"
+]
 
 
 class DegradationStep(Settings):

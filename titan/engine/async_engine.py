@@ -14,6 +14,7 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import EngineStats, RequestOutput
@@ -30,6 +31,8 @@ class _Add:
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: int
+    share_prompt_with: str | None = None
+    beam: BeamSearchParams | None = None
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,14 @@ class AsyncEngine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         priority: int = 0,
+        *,
+        share_prompt_with: str | None = None,
+        beam: BeamSearchParams | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        """Validate and enqueue now (raising TitanError at once), then stream outputs."""
+        """Validate and enqueue now (raising TitanError at once), then stream outputs.
+
+        share_prompt_with: a request with the same prompt (n > 1) whose prompt KV this one forks.
+        beam: run a beam search instead; one finished output carries the ``beams``."""
         if self._is_stopped:
             raise ServiceUnavailableError("The engine is shutting down.")
         self.engine.validate_prompt(prompt_token_ids, params)
@@ -75,7 +84,9 @@ class AsyncEngine:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         stream: asyncio.Queue[RequestOutput | TitanError] = asyncio.Queue()
         self._streams[request_id] = stream
-        self._commands.put(_Add(request_id, list(prompt_token_ids), params, priority))
+        self._commands.put(
+            _Add(request_id, list(prompt_token_ids), params, priority, share_prompt_with, beam)
+        )
         return self._stream(request_id, stream)
 
     async def _stream(
@@ -150,20 +161,33 @@ class AsyncEngine:
     def _apply(self, command: object) -> None:
         if isinstance(command, _Add):
             try:
-                self.engine.add_request(
-                    command.request_id, command.prompt_token_ids, command.params, command.priority
-                )
+                if command.beam is not None:
+                    self.engine.add_beam_search(
+                        command.request_id,
+                        command.prompt_token_ids,
+                        command.params,
+                        command.beam,
+                        command.priority,
+                    )
+                else:
+                    self.engine.add_request(
+                        command.request_id,
+                        command.prompt_token_ids,
+                        command.params,
+                        command.priority,
+                        share_prompt_with=command.share_prompt_with,
+                    )
             except TitanError as exc:
                 self._loop.call_soon_threadsafe(self._deliver_error, command.request_id, exc)
         elif isinstance(command, _Abort):
             self.engine.abort_request(command.request_id)
 
     def _abort_all(self) -> None:
-        for request_id in list(self.engine.scheduler.requests):
+        for request_id in self.engine.request_ids():
             self.engine.abort_request(request_id)
 
     def _fail_all(self) -> None:
-        failed = list(self.engine.scheduler.requests)
+        failed = self.engine.request_ids()
         self._abort_all()
         for request_id in failed:
             error = EngineError("The engine failed while running this request; it was aborted.")

@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from titan.errors import InvalidRequestError, ModelLoadError
@@ -36,17 +36,29 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _compile(source: str):
+def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _compile(source: str):
     try:
-        return env.from_string(source)
+        return _environment().from_string(source)
     except TemplateError as exc:
         raise ModelLoadError(f"the model's chat template does not compile: {exc}") from exc
+
+
+def _free_variables(source: str) -> frozenset[str]:
+    """The names the template reads from its context (``messages``, ``tools``, ...)."""
+    try:
+        return frozenset(meta.find_undeclared_variables(_environment().parse(source)))
+    except TemplateError:
+        return frozenset()
 
 
 class ChatTemplate:
@@ -54,6 +66,9 @@ class ChatTemplate:
         self.source = source
         self._template = _compile(source)
         self._special_tokens = special_tokens
+        # HF's convention: a template that reads ``tools`` renders tool definitions itself
+        # (apply_chat_template(messages, tools=...)); others get them in a system message.
+        self.accepts_tools = "tools" in _free_variables(source)
 
     def render(
         self,

@@ -10,16 +10,17 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
+from titan.engine.beam_driver import BeamSearchDriver
+from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
+from titan.engine.constraints import GrammarCache, MaskWorker
 from titan.engine.cost_model import StepCostModel, attention_pairs
 from titan.engine.detokenizer import IncrementalDetokenizer
-from titan.engine.kernels.cpu_attention import CpuPagedAttention, build_library
+from titan.engine.device import attention_kernel, resolve_device, resolve_dtype
 from titan.engine.kv_cache.manager import KVCacheManager
-from titan.engine.model.config import ModelConfig
 from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.model.loader import load_config, load_weights, resolve_model
 from titan.engine.outputs import EngineStats, FinishReason, RequestOutput, TokenLogprob, TopLogprob
@@ -49,21 +50,6 @@ class _RequestState:
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name != "auto":
-        return getattr(torch, name)
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    # Measured on AVX512-BF16 CPUs: bfloat16 matmuls run ~2x float32 (bench/RESULTS.md).
-    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-
-
 class Engine:
     def __init__(self, config: EngineConfig):
         started = time.perf_counter()
@@ -81,6 +67,13 @@ class Engine:
         self.tokenizer = Tokenizer(
             source.hf_dir, model_config.eos_token_ids, model_config.bos_token_id
         )
+        # Structured output: compiled grammars (built on first use) and the mask thread.
+        self.grammars = GrammarCache(
+            source.hf_dir / "tokenizer.json",
+            self.tokenizer.vocab_size,
+            self.tokenizer.eos_token_ids,
+        )
+        self._mask_worker = MaskWorker(self.grammars)
         model = LlamaForCausalLM(
             model_config, load_weights(source.hf_dir), self.device, self.dtype, self.max_model_len
         )
@@ -106,7 +99,13 @@ class Engine:
             model,
             spec,
             num_blocks,
-            self._attention_kernel(model_config, config.resolved_cache_dir() / "kernels"),
+            attention_kernel(
+                config,
+                model_config,
+                self.device,
+                self.dtype,
+                config.resolved_cache_dir() / "kernels",
+            ),
         )
         self.kv = KVCacheManager(
             num_blocks, config.block_size, enable_caching=config.enable_prefix_caching
@@ -125,6 +124,7 @@ class Engine:
             self.cost_model,
         )
         self._states: dict[str, _RequestState] = {}
+        self.beams = BeamSearchDriver(self.scheduler, self.tokenizer, self.max_model_len)
         self._arrivals = arrival_counter()
         self._stats = EngineStats(block_size=config.block_size)
         log.info(
@@ -142,26 +142,6 @@ class Engine:
             self.max_model_len,
             time.perf_counter() - started,
         )
-
-    def _attention_kernel(
-        self, model_config: ModelConfig, kernel_dir: Path
-    ) -> CpuPagedAttention | None:
-        if self.device.type != "cpu" or not self.config.use_cpu_kernels:
-            return None
-        library = build_library(kernel_dir)
-        if library is None:
-            return None
-        kernel = CpuPagedAttention(library, self.config.resolved_num_threads())
-        if not kernel.supports(
-            self.dtype,
-            model_config.num_attention_heads,
-            model_config.num_key_value_heads,
-            model_config.head_dim,
-            self.config.block_size,
-        ):
-            log.warning("the CPU attention kernel does not fit this model; using torch SDPA")
-            return None
-        return kernel
 
     def validate_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         num_prompt = len(prompt_token_ids)
@@ -182,6 +162,8 @@ class Engine:
                 f"for the completion). Please reduce the prompt or max_tokens.",
                 param="messages",
             )
+        if params.structured is not None:
+            self.grammars.compile(params.structured)  # a bad schema is a 400 before any work
 
     def add_request(
         self,
@@ -189,9 +171,12 @@ class Engine:
         prompt_token_ids: list[int],
         params: SamplingParams,
         priority: int = 0,
+        share_prompt_with: str | None = None,
     ) -> None:
+        """``share_prompt_with``: the id of a request with the same prompt (n > 1): this one
+        forks that request's prompt KV instead of computing the prompt again."""
         self.validate_prompt(prompt_token_ids, params)
-        if request_id in self._states:
+        if request_id in self._states or request_id in self.beams.groups:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         request = Request(
             request_id,
@@ -201,6 +186,9 @@ class Engine:
             arrival_seq=next(self._arrivals),
             eos_token_ids=self.tokenizer.eos_token_ids,
         )
+        sibling = self._states.get(share_prompt_with or "")
+        if sibling is not None and sibling.request.prompt_token_ids == request.prompt_token_ids:
+            request.share_prompt_with = share_prompt_with
         generator = torch.Generator()
         generator.manual_seed(params.seed if params.seed is not None else random.getrandbits(63))
         detokenizer = IncrementalDetokenizer(
@@ -211,15 +199,43 @@ class Engine:
             include_stop_str_in_output=params.include_stop_str_in_output,
         )
         row = SamplingRow(params, generator, list(prompt_token_ids), [])
+        if params.structured is not None:
+            row.constraint = self.grammars.new_state(params.structured)
         self._states[request_id] = _RequestState(request, detokenizer, row)
         self.scheduler.add_request(request)
         self._stats.num_requests_added += 1
         self._stats.num_prompt_tokens += len(prompt_token_ids)
 
+    def add_beam_search(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        beam: BeamSearchParams,
+        priority: int = 0,
+    ) -> None:
+        """Beam search: one finished output at the end, its ``beams`` the best sequences."""
+        self.validate_prompt(prompt_token_ids, params)
+        if request_id in self._states or request_id in self.beams.groups:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        arrival_seq = next(self._arrivals)
+        self.beams.add(
+            request_id, prompt_token_ids, params, beam, priority=priority, arrival_seq=arrival_seq
+        )
+        self._stats.num_requests_added += 1
+        self._stats.num_prompt_tokens += len(prompt_token_ids)
+
+    def request_ids(self) -> list[str]:
+        """The callers' ids of the unfinished requests (beam searches by their group id)."""
+        return [*self._states, *self.beams.groups]
+
     def abort_request(self, request_id: str) -> RequestOutput | None:
         state = self._states.get(request_id)
         if state is None:
-            return None
+            aborted = self.beams.abort(request_id)
+            if aborted is not None:
+                self._stats.num_requests_aborted += 1
+            return aborted
         self.scheduler.finish_request(request_id, RequestStatus.FINISHED_ABORTED)
         self._stats.num_requests_aborted += 1
         return self._finish(state)
@@ -231,15 +247,20 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         schedule = self.scheduler.schedule()
         self._stats.num_preemptions = self.scheduler.num_preemptions
+        self._copy_blocks(schedule.block_copies)
         if schedule.is_empty:
             return []
         rows = {}
         for item in schedule.scheduled:
-            if item.samples:
+            if item.samples and self.beams.owns(item.request.request_id):
+                rows[item.request.request_id] = self.beams.row(item.request.request_id)
+            elif item.samples:
                 state = self._states[item.request.request_id]
                 state.row.output_token_ids = item.request.output_token_ids
                 state.row.banned_token_ids = self._banned(item.request)
                 rows[item.request.request_id] = state.row
+        # Constrained rows' masks are computed on the mask thread while the forward pass runs.
+        self._mask_worker.start(list(rows.values()))
         started = time.perf_counter()
         sampled = self.runner.execute(schedule.scheduled, rows)
         num_chunks = sum(s.num_new_tokens > 1 for s in schedule.scheduled)
@@ -255,7 +276,8 @@ class Engine:
                 prompt_end = min(item.start + item.num_new_tokens, item.request.num_prompt_tokens)
                 self._stats.num_computed_prompt_tokens += prompt_end - item.start
         updated = self.scheduler.update(
-            schedule, {rid: token.token_id for rid, token in sampled.items()}
+            schedule,
+            {rid: token.token_id for rid, token in sampled.items() if not self.beams.owns(rid)},
         )
         self._stats.num_generated_tokens += len(updated)
         outputs = []
@@ -264,12 +286,28 @@ class Engine:
             output = self._process_token(state, sampled[request.request_id])
             if output is not None:
                 outputs.append(output)
-        return outputs
+        finished_beams = self.beams.on_sampled(sampled)
+        self._stats.num_requests_finished += len(finished_beams)
+        return outputs + finished_beams
+
+    def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write of forked sequences, in order, before the forward pass writes."""
+        for source, destination in copies:
+            for key_cache, value_cache in self.runner.kv_caches:
+                key_cache[destination].copy_(key_cache[source])
+                value_cache[destination].copy_(value_cache[source])
+
+    def close(self) -> None:
+        self._mask_worker.close()
 
     def _banned(self, request: Request) -> tuple[int, ...]:
         params = request.params
         if request.num_output_tokens >= params.min_tokens:
             return ()
+        if params.structured is not None:
+            # The grammar decides where the output may end; banning EOS there would leave
+            # no allowed token.
+            return params.stop_token_ids
         eos = () if params.ignore_eos else request.eos_token_ids
         return (*eos, *params.stop_token_ids)
 
@@ -283,6 +321,12 @@ class Engine:
         )
         if not ends_by_token:
             state.detokenizer.add_token(token.token_id)
+        constraint = state.row.constraint
+        if constraint is not None and not ends_by_token:
+            constraint.advance(token.token_id)
+            if constraint.is_complete and not request.is_finished:
+                # The grammar is closed: nothing but EOS could follow, so stop now.
+                self.scheduler.finish_request(request.request_id, RequestStatus.FINISHED_STOPPED)
         if state.detokenizer.stop_string is not None and not request.is_finished:
             request.stop_reason = state.detokenizer.stop_string
             self.scheduler.finish_request(request.request_id, RequestStatus.FINISHED_STOPPED)

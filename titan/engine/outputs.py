@@ -32,6 +32,17 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class BeamOutput:
+    """One sequence a beam search returns (see titan.engine.beam_search)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    cumulative_logprob: float
+    score: float  # cumulative_logprob / num_output_tokens ** length_penalty
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True)
 class RequestOutput:
     """One increment of a request: the text and tokens new since the previous output.
 
@@ -50,6 +61,8 @@ class RequestOutput:
     num_prompt_tokens: int
     num_output_tokens: int  # cumulative
     num_cached_tokens: int  # prompt tokens served from the prefix cache
+    # Beam search only: the sequences returned, best first (``text`` is the best one's).
+    beams: tuple[BeamOutput, ...] = ()
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from titan.engine.constraints import ConstraintState, RowMask, apply_masks
 from titan.engine.sampling import SamplingParams
 
 
@@ -21,6 +22,10 @@ class SamplingRow:
     output_token_ids: list[int]
     # Token ids that may not end the request yet (EOS, stop ids) while min_tokens is unmet.
     banned_token_ids: tuple[int, ...] = ()
+    # Structured output: the request's grammar state, and this step's allowed-token mask (set
+    # by the engine before the forward pass when the row samples; None: unconstrained).
+    constraint: ConstraintState | None = None
+    mask: RowMask | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,9 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
     """logits: float32 [N, vocab], one row per request that samples this step (modified)."""
     wants_logprobs = [row.params.logprobs is not None for row in rows]
     raw_logprobs = torch.log_softmax(logits, dim=-1) if any(wants_logprobs) else None
+    constrained = [i for i, row in enumerate(rows) if row.mask is not None]
+    if constrained:
+        apply_masks(logits, constrained, [rows[i].mask for i in constrained])
     _apply_bans_and_penalties(logits, rows)
 
     token_ids = torch.empty(len(rows), dtype=torch.long)

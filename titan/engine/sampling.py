@@ -8,6 +8,38 @@ from titan.errors import InvalidRequestError
 
 MAX_LOGPROBS = 20
 
+# The kinds of constrained decoding (structured output) the engine understands.
+STRUCTURED_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
+
+
+@dataclass(frozen=True)
+class StructuredOutput:
+    """A constraint on the output: the engine masks every token the grammar would not accept.
+
+    kind: one of STRUCTURED_KINDS.
+    spec: json_schema: the schema as JSON text; regex: the pattern; grammar: the grammar text
+          (Lark-like EBNF); json_object: "" (any JSON object); choice: "" (see ``choices``).
+    choices: the allowed strings for kind "choice".
+    param: the request field it came from, named in a 400 when the spec does not compile.
+    """
+
+    kind: str
+    spec: str = ""
+    choices: tuple[str, ...] = ()
+    param: str = "response_format"
+
+    def __post_init__(self) -> None:
+        _check(
+            self.kind in STRUCTURED_KINDS,
+            self.param,
+            f"unknown structured output kind {self.kind!r}; expected one of {STRUCTURED_KINDS}",
+        )
+        if self.kind == "choice":
+            _check(bool(self.choices), self.param, "choice needs at least one string")
+            _check(all(self.choices), self.param, "choices must not be empty strings")
+        elif self.kind != "json_object":
+            _check(bool(self.spec), self.param, f"{self.kind} needs a non-empty spec")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -28,6 +60,8 @@ class SamplingParams:
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    # Constrained decoding (response_format / guided_* / forced tool calls); None: unconstrained.
+    structured: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         _check(self.max_tokens >= 1, "max_tokens", f"must be >= 1, got {self.max_tokens}")

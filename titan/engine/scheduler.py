@@ -13,7 +13,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from titan.engine.cost_model import StepCostModel
-from titan.engine.kv_cache.manager import KVCacheManager
+from titan.engine.kv_cache.manager import KVCacheManager, NoFreeBlockError
 from titan.engine.request import Request, RequestStatus
 
 
@@ -50,6 +50,9 @@ class ScheduledRequest:
 class SchedulerOutput:
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     preempted_ids: list[str] = field(default_factory=list)
+    # Copy-on-write of forked sequences: (source, destination) KV blocks to copy, in order,
+    # before this step's forward pass writes anything.
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -72,6 +75,7 @@ class Scheduler:
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
         self.num_cached_prompt_tokens = 0
+        self._pending_copies: list[tuple[int, int]] = []  # forks made between steps
 
     # ---- queue management -------------------------------------------------------------------
 
@@ -112,9 +116,13 @@ class Scheduler:
         decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
         decode_load = (len(decodes), sum(r.num_tokens for r in decodes))
 
+        output.block_copies, self._pending_copies = self._pending_copies, []
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
+            if request.num_computed_tokens >= request.num_tokens:
+                index += 1  # nothing to compute: a beam waiting for its siblings' round
+                continue
             num_new = self._chunk(request, request.num_computed_tokens, budget, decode_load)
             while not self.kv.allocate_slots(request, num_new):
                 victim = self._pick_victim(scheduled_ids)
@@ -132,19 +140,31 @@ class Scheduler:
 
         # Admit waiting requests only when nothing was preempted: a preemption means the pool
         # is short, and admitting would just thrash.
+        position = 0
         while (
-            self.waiting
+            position < len(self.waiting)
             and budget > 0
             and not output.preempted_ids
             and len(self.running) < self.config.max_num_seqs
         ):
-            request = self.waiting[0]
+            request = self.waiting[position]
+            if request.share_prompt_with not in self.requests:
+                request.share_prompt_with = None  # its sibling is gone: a normal admission
+            if request.share_prompt_with is not None:
+                forked = self._admit_forked(request, output)
+                if forked is None:
+                    position += 1  # its sibling has not computed the prompt yet
+                    continue
+                if not forked:
+                    break
+                budget -= 1
+                continue
             cached = self.kv.find_cached_prefix(request) if request.num_computed_tokens == 0 else []
             num_computed = len(cached) * self.kv.block_size
             num_new = self._chunk(request, num_computed, budget, decode_load)
             if not self.kv.allocate_slots(request, num_new, cached):
                 break
-            self.waiting.pop(0)
+            self.waiting.pop(position)
             if request.status == RequestStatus.WAITING and cached:
                 # First admission only: a recompute after preemption is not a prompt-cache hit.
                 request.num_cached_tokens = min(num_computed, request.num_prompt_tokens)
@@ -155,9 +175,47 @@ class Scheduler:
             output.scheduled.append(ScheduledRequest(request, num_new, num_computed))
             budget -= num_new
 
+        if not output.scheduled and self.waiting:
+            self._preempt_idle(output)
         if self.config.check_invariants:
             self.check_invariants(output)
         return output
+
+    def _preempt_idle(self, output: SchedulerOutput) -> None:
+        """Nothing could run: running requests with nothing to compute (beams waiting for their
+        round) may hold the blocks a waiting one (a sibling beam) needs. They are preempted,
+        so the waiting ones get in next step; they are recomputed when admitted again."""
+        for request in [r for r in self.running if r.num_computed_tokens >= r.num_tokens]:
+            self._preempt(request)
+            output.preempted_ids.append(request.request_id)
+
+    def _admit_forked(self, request: Request, output: SchedulerOutput) -> bool | None:
+        """Admit a parallel-sampling child by forking its sibling's prompt KV: all prompt tokens
+        but the last are shared, the last is computed (one token, like a decode) so the child
+        samples its first token from its own generator. None: hold it (the sibling is still on
+        the prompt, or waiting); False: the pool is short; True: admitted."""
+        sibling = self.requests[request.share_prompt_with or ""]
+        num_shared = request.num_prompt_tokens - 1
+        if sibling.status != RequestStatus.RUNNING or sibling.num_computed_tokens < num_shared:
+            return None
+        try:
+            copy = self.kv.fork(sibling, request, num_shared)
+        except NoFreeBlockError:
+            return False
+        if not self.kv.allocate_slots(request, 1):
+            self.kv.free(request)
+            request.num_computed_tokens = 0
+            return False
+        if copy is not None:
+            output.block_copies.append(copy)
+        request.share_prompt_with = None
+        self.waiting.remove(request)
+        request.num_cached_tokens = num_shared
+        self.num_cached_prompt_tokens += num_shared
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+        output.scheduled.append(ScheduledRequest(request, 1, num_shared))
+        return True
 
     def _chunk(
         self, request: Request, start: int, budget: int, decode_load: tuple[int, int]
@@ -185,6 +243,26 @@ class Scheduler:
         running requests not yet scheduled this step."""
         candidates = [r for r in self.running if r.request_id not in scheduled_ids]
         return max(candidates, key=lambda r: (r.priority, -r.num_computed_tokens, r.arrival_seq))
+
+    def fork(self, parent: Request, child: Request) -> None:
+        """Add ``child``, whose tokens extend ``parent``'s, sharing the parent's computed KV
+        (beam search). A parent without its KV (preempted) or a pool without a block for the
+        copy-on-write: the child queues and is computed like any request (prefix cache first)."""
+        if child.request_id in self.requests:
+            raise ValueError(f"duplicate request id {child.request_id!r}")
+        if parent.status == RequestStatus.RUNNING and parent.num_computed_tokens > 0:
+            try:
+                copy = self.kv.fork(parent, child, parent.num_computed_tokens)
+            except NoFreeBlockError:
+                copy = None
+            else:
+                if copy is not None:
+                    self._pending_copies.append(copy)
+                self.requests[child.request_id] = child
+                child.status = RequestStatus.RUNNING
+                self.running.append(child)
+                return
+        self.add_request(child)
 
     def _preempt(self, request: Request) -> None:
         self.running.remove(request)

@@ -83,7 +83,8 @@ class ChatRequestMessage(RequestModel):
     role: Role
     content: Content = None
     name: str | None = None
-    # Accepted so that conversations that used tools elsewhere still parse; not interpreted yet.
+    # An assistant turn's calls and a tool result's call id (the embedded backend renders them;
+    # titan/backends/embedded_tools.py checks their shape).
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
@@ -135,6 +136,11 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None
+    # vLLM's guided decoding extras (structured output by constrained decoding): at most one.
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice = None
     parallel_tool_calls: bool | None = None
@@ -164,9 +170,29 @@ class ChatCompletionRequest(SamplingFields):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+class ToolCallFunction(ResponseModel):
+    name: str
+    arguments: str  # a JSON object as text, as OpenAI sends it
+
+
+class ToolCall(ResponseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(ResponseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_tool_calls(self, serialize: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # "content": null stays (OpenAI sends it); "tool_calls" only when the model called tools.
+        body = serialize(self)
+        if body.get("tool_calls") is None:
+            body.pop("tool_calls", None)
+        return body
 
 
 class ChatCompletionChoice(ResponseModel):
@@ -186,9 +212,29 @@ class ChatCompletion(ResponseModel):
     system_fingerprint: str | None = None
 
 
+class _OmitNone(ResponseModel):
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, serialize: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # OpenAI's deltas carry only what changed: a call's id and name once, then arguments.
+        return {key: value for key, value in serialize(self).items() if value is not None}
+
+
+class ToolCallFunctionDelta(_OmitNone):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(_OmitNone):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ToolCallFunctionDelta | None = None
+
+
 class ChatDelta(ResponseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, serialize: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -101,6 +101,9 @@ class SamplingFields(RequestModel):
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    # vLLM's beam search: n (or best_of) beams, score = cum_logprob / num_tokens ** penalty.
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
     # vLLM's scheduling priority: lower values are served first (and preempted last).
     priority: int = Field(0, ge=-(2**31), le=2**31 - 1)
 

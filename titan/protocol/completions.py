@@ -67,6 +67,11 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
     best_of: int | None = Field(None, ge=1, le=MAX_N)
+    # vLLM's guided decoding extras (structured output by constrained decoding): at most one.
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     @property
     def prompts(self) -> list[str | list[int]]:

@@ -7,6 +7,7 @@ model's admission queue. ``Ticket.finish`` gives everything back and records the
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -436,3 +437,26 @@ class Gatekeeper:
         metrics.inc(metrics.prompt_tokens, ticket.model, tenant, amount=prompt_tokens)
         metrics.inc(metrics.generation_tokens, ticket.model, tenant, amount=completion_tokens)
         metrics.inc(metrics.cost_usd, ticket.model, tenant, amount=cost)
+
+
+# The request fields that constrain the output's shape (OpenAI's and vLLM's).
+STRUCTURED_OUTPUT_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
+def relax_structured_output(request: ClientRequest) -> ClientRequest:
+    """The degradation step ``relax_structured_output``: the same request without its output
+    constraint (response_format other than text, guided_*), so it runs unconstrained; the
+    client sees ``x-titan-degraded: relax_structured_output`` and must validate the output."""
+    body = request.body
+    fields = [name for name in STRUCTURED_OUTPUT_FIELDS if body.get(name) is not None]
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") not in (None, "text"):
+        fields.append("response_format")
+    if not fields:
+        return request
+    updates = {name: None for name in fields if name in type(request.parsed).model_fields}
+    return dataclasses.replace(
+        request,
+        body={name: value for name, value in body.items() if name not in fields},
+        parsed=request.parsed.model_copy(update=updates),
+    )

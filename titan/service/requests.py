@@ -19,7 +19,12 @@ from titan.observability.tracing import set_attributes
 from titan.protocol import Answer, ClientRequest
 from titan.router.registry import RoutedModel
 from titan.service.accounting import StreamMeter, canned_answer, canned_stream, usage_of
-from titan.service.admission import CHARS_PER_TOKEN, Gatekeeper, Ticket
+from titan.service.admission import (
+    CHARS_PER_TOKEN,
+    Gatekeeper,
+    Ticket,
+    relax_structured_output,
+)
 from titan.service.attempts import AttemptRunner, Routed
 from titan.service.caching import CachePlan, CacheStep
 from titan.service.guard import GuardHits, Guardrails
@@ -103,6 +108,8 @@ class RequestFlow:
             model = self._model_named(step.model)
         if (step := degradation.step("cap_max_tokens")) is not None:
             request = request.with_max_output_tokens(step.max_tokens)  # type: ignore[arg-type]
+        if degradation.step("relax_structured_output") is not None:
+            request = relax_structured_output(request)
         if (step := degradation.step("cache_only")) is not None:
             # Nothing cached answers it (a hit returned above): the configured reply, else a
             # refusal that says why.

@@ -13,6 +13,10 @@ from titan.engine.kv_cache.block_pool import BlockPool
 from titan.engine.request import Request
 
 
+class NoFreeBlockError(Exception):
+    """A fork found no free block for its copy-on-write; nothing was changed."""
+
+
 def hash_block(parent_hash: bytes, token_ids: list[int]) -> bytes:
     return hashlib.blake2b(parent_hash + array("q", token_ids).tobytes(), digest_size=16).digest()
 
@@ -97,6 +101,30 @@ class KVCacheManager:
         for index in range(start, num_full):
             self.pool.cache(request.block_ids[index], request.block_hashes[index])
         self._num_published[request.request_id] = num_full
+
+    def fork(self, parent: Request, child: Request, num_tokens: int) -> tuple[int, int] | None:
+        """Give ``child`` (holding no blocks) the KV of ``parent``'s first ``num_tokens`` tokens,
+        which must be computed: full blocks are shared (ref counts), the last, partly filled
+        block is copied (copy-on-write: the child will write into it). Returns the
+        (source, destination) block pair the caller must copy before the next forward pass, or
+        None when nothing is copied. Raises NoFreeBlockError, changing nothing, when the copy
+        has no free block."""
+        num_full = num_tokens // self.block_size
+        has_partial = num_tokens % self.block_size != 0
+        if has_partial and self.pool.num_free_blocks < 1:
+            raise NoFreeBlockError("no free block for the copy-on-write of a forked sequence")
+        shared = parent.block_ids[:num_full]
+        self.pool.share(shared)
+        child.block_ids = list(shared)
+        copy = None
+        if has_partial:
+            (destination,) = self.pool.allocate(1)
+            child.block_ids.append(destination)
+            copy = (parent.block_ids[num_full], destination)
+        # The shared full blocks were published (or not) by the parent: never publish them twice.
+        self._num_published[child.request_id] = num_full
+        child.num_computed_tokens = num_tokens
+        return copy
 
     def free(self, request: Request) -> None:
         self.pool.release(list(reversed(request.block_ids)))
