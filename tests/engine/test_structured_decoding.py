@@ -97,22 +97,20 @@ def schema_params(schema: dict, max_tokens: int, **kwargs) -> SamplingParams:
     return SamplingParams(max_tokens=max_tokens, structured=structured, **kwargs)
 
 
-def test_fifty_varied_prompts_all_close_and_validate(engine: Engine):
+def test_json_mode_over_fifty_varied_prompts_always_parses(engine: Engine):
     prompts = {
         f"fact{i}": chat(engine, f"Give one short fact about {subject} as JSON.")
         for i, subject in enumerate(SUBJECTS)
     }
     assert len(prompts) == 50
-    results = run(engine, prompts, schema_params(FACT_SCHEMA, 40, temperature=0.7, seed=3))
-    num_stopped = 0
+    json_mode = StructuredOutput("json_object")
+    params = SamplingParams(max_tokens=40, temperature=0.7, seed=3, structured=json_mode)
+    results = run(engine, prompts, params)
+    # Unbounded objects: without steering into the closing text near max_tokens, about half of
+    # these end inside a string (measured: 26 of 50 closed within 64 tokens).
     for text, reason in results.values():
-        if reason == FinishReason.STOP:
-            jsonschema.validate(json.loads(text), FACT_SCHEMA)
-            num_stopped += 1
-        else:
-            assert reason == FinishReason.LENGTH
-    # The string caps bound the object at ~35 tokens: every request closes its JSON.
-    assert num_stopped == 50
+        assert reason == FinishReason.STOP, text
+        assert isinstance(json.loads(text), dict), text
 
 
 def test_nested_objects_enums_arrays_and_required_fields_validate(engine: Engine):

@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import llguidance
 import torch
 
+from titan.engine.json_closing import closing_suffix
 from titan.engine.sampling import StructuredOutput
 from titan.errors import InvalidRequestError
 
@@ -43,6 +45,11 @@ _JSON_OPTIONS: llguidance.JsonCompileOptions = {
 }
 _ANY_JSON_OBJECT = '{"type":"object"}'
 DEFAULT_CACHE_SIZE = 256
+# JSON mode: within this many tokens of max_tokens the closing text is checked each step, and
+# steered into when the tokens left are at most its length plus the margin (a token that opens
+# a nested object or a key can lengthen it by more than one).
+CLOSING_WINDOW = 32
+CLOSING_MARGIN = 2
 
 
 def canonical_key(structured: StructuredOutput) -> tuple[str, str]:
@@ -150,15 +157,32 @@ class GrammarCache:
         matcher = llguidance.LLMatcher(self.tokenizer, self.compile(structured), log_level=0)
         if matcher.is_error():
             raise _invalid(structured, matcher.get_error())
-        return ConstraintState(matcher)
+        return ConstraintState(matcher, structured.kind)
 
 
 class ConstraintState:
     """One request's position in its grammar."""
 
-    def __init__(self, matcher: llguidance.LLMatcher):
+    def __init__(self, matcher: llguidance.LLMatcher, kind: str = ""):
         self.matcher = matcher
+        self.kind = kind
         self.is_broken = False  # the matcher rejected a token: the request goes on unconstrained
+
+    def closing_token(
+        self, remaining: int, text_so_far: Callable[[], str], encode: Callable[[str], list[int]]
+    ) -> int | None:
+        """JSON mode near the end of its budget: the next token of the shortest text that closes
+        the document, once the tokens left barely cover it (None: sample as usual). A schema
+        may require more than the closing text, so only ``json_object`` is steered."""
+        if self.kind != "json_object" or self.is_broken or remaining > CLOSING_WINDOW:
+            return None
+        suffix = closing_suffix(text_so_far())
+        if not suffix:
+            return None
+        token_ids = encode(suffix)
+        if not token_ids or remaining > len(token_ids) + CLOSING_MARGIN:
+            return None
+        return token_ids[0] if self.matcher.validate_tokens(token_ids[:1]) == 1 else None
 
     def advance(self, token_id: int) -> None:
         if self.is_broken:

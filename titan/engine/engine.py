@@ -6,6 +6,7 @@ strings) → incremental outputs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -16,7 +17,7 @@ import torch
 from titan.engine.beam_driver import BeamSearchDriver
 from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
-from titan.engine.constraints import GrammarCache, MaskWorker
+from titan.engine.constraints import ConstraintState, GrammarCache, MaskWorker
 from titan.engine.cost_model import StepCostModel, attention_pairs
 from titan.engine.detokenizer import IncrementalDetokenizer
 from titan.engine.device import attention_kernel, resolve_device, resolve_dtype
@@ -258,6 +259,10 @@ class Engine:
                 state = self._states[item.request.request_id]
                 state.row.output_token_ids = item.request.output_token_ids
                 state.row.banned_token_ids = self._banned(item.request)
+                if state.row.constraint is not None:
+                    state.row.forced_token_id = self._closing_token(
+                        item.request, state.row.constraint
+                    )
                 rows[item.request.request_id] = state.row
         # Constrained rows' masks are computed on the mask thread while the forward pass runs.
         self._mask_worker.start(list(rows.values()))
@@ -299,6 +304,11 @@ class Engine:
 
     def close(self) -> None:
         self._mask_worker.close()
+
+    def _closing_token(self, request: Request, constraint: ConstraintState) -> int | None:
+        remaining = request.params.max_tokens - request.num_output_tokens
+        text_so_far = functools.partial(self.tokenizer.decode, request.output_token_ids)
+        return constraint.closing_token(remaining, text_so_far, self.tokenizer.encode)
 
     def _banned(self, request: Request) -> tuple[int, ...]:
         params = request.params

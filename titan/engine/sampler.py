@@ -26,6 +26,7 @@ class SamplingRow:
     # by the engine before the forward pass when the row samples; None: unconstrained).
     constraint: ConstraintState | None = None
     mask: RowMask | None = None
+    forced_token_id: int | None = None  # JSON mode closing its document: the only choice
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
     constrained = [i for i, row in enumerate(rows) if row.mask is not None]
     if constrained:
         apply_masks(logits, constrained, [rows[i].mask for i in constrained])
+    for i, row in enumerate(rows):
+        if row.forced_token_id is not None:
+            forced = logits[i, row.forced_token_id].clone()
+            logits[i] = float("-inf")
+            logits[i, row.forced_token_id] = forced if torch.isfinite(forced) else 0.0
     _apply_bans_and_penalties(logits, rows)
 
     token_ids = torch.empty(len(rows), dtype=torch.long)
