@@ -8,6 +8,7 @@ import openai
 import pytest
 
 from tests.guardrails.echo import EchoEngine
+from tests.guardrails.server import cache_status
 
 MODEL = "fake-model"
 SECRET = "sk-proj-Zx81QmT4vB7nL2pR9sK3wY6cF0dH5jA1"
@@ -102,11 +103,7 @@ def test_flag_lets_the_request_through_with_a_header_and_a_metric(
 
 def test_the_cache_keys_on_the_redacted_prompt(sdk: openai.OpenAI, engine: EchoEngine) -> None:
     def cached(text: str) -> str:
-        raw = sdk.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=80,
-            temperature=0,
-        )  # fmt: skip
-        return raw.headers["x-titan-cache"]
+        return cache_status(sdk, MODEL, text, max_tokens=80)
 
     assert cached("contact alice@example.com about the invoice") == "miss"
     num_prompts = len(engine.prompts_seen)

@@ -8,6 +8,7 @@ import httpx
 import openai
 
 from tests.guardrails.echo import EchoEngine
+from tests.guardrails.server import cache_status
 from tests.guardrails.test_guardrails_input import hits
 
 MODEL = "fake-model"
@@ -88,11 +89,7 @@ def test_completion_streams_are_guarded(sdk: openai.OpenAI) -> None:
 
 def test_a_blocked_answer_is_not_cached(sdk: openai.OpenAI, engine: EchoEngine) -> None:
     def cache_of(text: str) -> str:
-        raw = sdk.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=400,
-            temperature=0,
-        )  # fmt: skip
-        return raw.headers["x-titan-cache"]
+        return cache_status(sdk, MODEL, text, max_tokens=400)
 
     num_prompts = len(engine.prompts_seen)
     assert cache_of("no forbidden fruit here") == "miss"

@@ -43,11 +43,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
     constrained = [i for i, row in enumerate(rows) if row.mask is not None]
     if constrained:
         apply_masks(logits, constrained, [rows[i].mask for i in constrained])
-    for i, row in enumerate(rows):
-        if row.forced_token_id is not None:
-            forced = logits[i, row.forced_token_id].clone()
-            logits[i] = float("-inf")
-            logits[i, row.forced_token_id] = forced if torch.isfinite(forced) else 0.0
+        _force_closing_tokens(logits, [(i, rows[i].forced_token_id) for i in constrained])
     _apply_bans_and_penalties(logits, rows)
 
     token_ids = torch.empty(len(rows), dtype=torch.long)
@@ -76,6 +72,15 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
             top = tuple(zip(indices.tolist(), values.tolist(), strict=True))
         results.append(SampledToken(chosen[i], float(row_logprobs[chosen[i]]), top))
     return results
+
+
+def _force_closing_tokens(logits: torch.Tensor, forced: list[tuple[int, int | None]]) -> None:
+    """Rows steered into their closing text (JSON mode near max_tokens): one token left."""
+    for i, token_id in forced:
+        if token_id is not None:
+            kept = logits[i, token_id].clone()
+            logits[i] = float("-inf")
+            logits[i, token_id] = kept if torch.isfinite(kept) else 0.0
 
 
 def _apply_bans_and_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> None:
