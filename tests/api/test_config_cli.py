@@ -60,7 +60,7 @@ def test_engine_config_errors_surface_as_config_errors() -> None:
 
 
 def test_build_config_from_flags() -> None:
-    config = cli_main.build_config(
+    config = cli_main.serve_settings(
         host="0.0.0.0",
         port=9000,
         log_level="DEBUG",
@@ -69,7 +69,7 @@ def test_build_config_from_flags() -> None:
         max_model_len=256,
         num_threads=1,
         environ={},
-    )
+    ).config
     assert config.server.host == "0.0.0.0" and config.server.port == 9000
     assert config.server.log_level == "debug"
     engine = embedded_engine(config)
@@ -80,16 +80,16 @@ def test_build_config_from_flags() -> None:
 
 def test_build_config_names_the_bad_flag() -> None:
     with pytest.raises(ConfigError, match="--max-num-seqs"):
-        cli_main.build_config(max_num_seqs=0, environ={})
+        cli_main.serve_settings(max_num_seqs=0, environ={})
     with pytest.raises(ConfigError, match="--port"):
-        cli_main.build_config(port=70000, environ={})
+        cli_main.serve_settings(port=70000, environ={})
     with pytest.raises(ConfigError, match="--kv-cache-memory: invalid byte size"):
-        cli_main.build_config(kv_cache_memory="lots", environ={})
+        cli_main.serve_settings(kv_cache_memory="lots", environ={})
 
 
 def test_serve_passes_flags_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[TitanConfig] = []
-    monkeypatch.setattr(cli_main, "run_server", lambda config: seen.append(config) or 0)
+    monkeypatch.setattr(cli_main, "run_server", lambda settings: seen.append(settings.config) or 0)
     result = CliRunner().invoke(
         cli_main.build_cli(),
         ["serve", "--port", "8123", "--max-num-seqs", "4", "--served-model-name", "smol"],
@@ -108,7 +108,7 @@ def test_serve_refuses_bad_flags_with_a_message() -> None:
 
 
 def test_serve_exit_code_follows_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_main, "run_server", lambda config: 1)
+    monkeypatch.setattr(cli_main, "run_server", lambda settings: 1)
     assert CliRunner().invoke(cli_main.build_cli(), ["serve"]).exit_code == 1
 
 

@@ -25,8 +25,10 @@ def test_jobs_cli_end_to_end(tmp_path):
         def run(*args: str):
             result = runner.invoke(cli, ["jobs", *args, "--url", titan])
             assert result.exit_code == 0, result.output
-            return result.output
+            return result.stdout
 
+        submitted = runner.invoke(cli, ["jobs", "submit", "--body", str(body), "--url", titan])
+        assert f"server {titan} (--url)" in submitted.stderr  # where the job went, and why
         job = json.loads(run("submit", "--body", str(body), "--wait", "--priority", "8"))
         assert job["status"] == "succeeded" and job["priority"] == 8
         assert json.loads(run("status", job["id"]))["result"] == job["result"]

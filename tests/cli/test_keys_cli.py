@@ -34,7 +34,7 @@ def create(url: str, *extra: str) -> dict[str, str]:
     lines = result.stdout.splitlines()
     assert len(lines) == 1
     payload = json.loads(lines[0])
-    assert set(payload) == {"key", "tenant", "key_id"}
+    assert set(payload) == {"key", "tenant", "key_id", "store"}
     assert "will not be shown again" in result.stderr
     return payload
 

@@ -68,18 +68,18 @@ def test_config_check_reports_unset_variables_and_missing_files(tmp_path: Path) 
 
 
 def test_no_file_means_the_embedded_model_with_the_engine_flags() -> None:
-    config = cli_main.build_config(model="/m.gguf", dtype="float32", environ={})
+    config = cli_main.serve_settings(model="/m.gguf", dtype="float32", environ={}).config
     (model,) = config.models
     (deployment,) = model.deployments
     assert model.name is None and isinstance(deployment, EmbeddedDeployment)
     assert deployment.engine.model == "/m.gguf" and deployment.engine.dtype == "float32"
-    assert cli_main.build_config(environ={}) == TitanConfig()
+    assert cli_main.serve_settings(environ={}).config == TitanConfig()
 
 
 def test_upstream_without_model_serves_every_upstream_model() -> None:
-    config = cli_main.build_config(
+    config = cli_main.serve_settings(
         upstream="http://vllm:8000/v1/", environ={"TITAN_UPSTREAM_API_KEY": SECRET}
-    )
+    ).config
     (model,) = config.models
     (deployment,) = model.deployments
     assert model.name == "*"
@@ -89,36 +89,36 @@ def test_upstream_without_model_serves_every_upstream_model() -> None:
 
 
 def test_upstream_with_model_serves_that_model() -> None:
-    config = cli_main.build_config(
+    config = cli_main.serve_settings(
         upstream="http://vllm:8000/v1", model="meta-llama/Llama-3.1-8B", api_key="k", environ={}
-    )
+    ).config
     (model,) = config.models
     (deployment,) = model.deployments
     assert model.name == "meta-llama/Llama-3.1-8B"
     assert isinstance(deployment, OpenAIDeployment)
     assert deployment.api_key is not None and deployment.api_key.get_secret_value() == "k"
-    no_key = cli_main.build_config(upstream="http://vllm:8000/v1", environ={})
+    no_key = cli_main.serve_settings(upstream="http://vllm:8000/v1", environ={}).config
     assert isinstance(no_key.models[0].deployments[0], OpenAIDeployment)
     assert no_key.models[0].deployments[0].api_key is None
 
 
 def test_upstream_flag_combinations_that_make_no_sense_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--dtype set the embedded engine; not with --upstream"):
-        cli_main.build_config(upstream="http://u/v1", dtype="float32", environ={})
+        cli_main.serve_settings(upstream="http://u/v1", dtype="float32", environ={})
     with pytest.raises(ConfigError, match=r"--api-key .* needs --upstream"):
-        cli_main.build_config(api_key="k", environ={})
+        cli_main.serve_settings(api_key="k", environ={})
     with pytest.raises(ConfigError, match="--config and --upstream cannot be combined"):
-        cli_main.build_config(
+        cli_main.serve_settings(
             config_file=write(tmp_path, ONE_EMBEDDED), upstream="http://u/v1", environ={}
         )
     with pytest.raises(ConfigError, match=r"^--upstream: .*base_url must start with http"):
-        cli_main.build_config(upstream="vllm:8000", environ={})
+        cli_main.serve_settings(upstream="vllm:8000", environ={})
 
 
 def test_engine_flags_set_a_files_only_embedded_deployment(tmp_path: Path) -> None:
-    config = cli_main.build_config(
+    config = cli_main.serve_settings(
         config_file=write(tmp_path, ONE_EMBEDDED), max_num_seqs=8, environ={}
-    )
+    ).config
     (deployment,) = config.models[0].deployments
     assert isinstance(deployment, EmbeddedDeployment)
     assert deployment.engine.max_num_seqs == 8 and deployment.engine.dtype == "float32"
@@ -130,7 +130,7 @@ def test_engine_flags_are_refused_without_exactly_one_embedded_deployment(
 ) -> None:
     path = write(tmp_path, TWO_UPSTREAMS)
     with pytest.raises(ConfigError, match=r"--dtype, --max-num-seqs set the embedded engine.*0"):
-        cli_main.build_config(
+        cli_main.serve_settings(
             config_file=path, dtype="float32", max_num_seqs=2, environ={"KEY": "k"}
         )
 
@@ -138,16 +138,16 @@ def test_engine_flags_are_refused_without_exactly_one_embedded_deployment(
 def test_flags_beat_environment_which_beats_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, ONE_EMBEDDED)
     environ = {"TITAN_SERVER__PORT": "9000", "TITAN_SERVER__HOST": "0.0.0.0"}
-    assert cli_main.build_config(config_file=path, environ={}).server.port == 8001
-    from_env = cli_main.build_config(config_file=path, environ=environ)
+    assert cli_main.serve_settings(config_file=path, environ={}).config.server.port == 8001
+    from_env = cli_main.serve_settings(config_file=path, environ=environ).config
     assert from_env.server.port == 9000 and from_env.server.host == "0.0.0.0"
-    from_flag = cli_main.build_config(config_file=path, port=9100, environ=environ)
+    from_flag = cli_main.serve_settings(config_file=path, port=9100, environ=environ).config
     assert from_flag.server.port == 9100 and from_flag.server.host == "0.0.0.0"
 
 
 def test_serve_with_a_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[TitanConfig] = []
-    monkeypatch.setattr(cli_main, "run_server", lambda config: seen.append(config) or 0)
+    monkeypatch.setattr(cli_main, "run_server", lambda settings: seen.append(settings.config) or 0)
     path = write(tmp_path, TWO_UPSTREAMS)
     result = invoke(["serve", "--config", str(path), "--port", "8124"], {"KEY": SECRET})
     assert result.exit_code == 0, result.output
@@ -167,7 +167,7 @@ def test_serve_upstream_takes_its_key_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[TitanConfig] = []
-    monkeypatch.setattr(cli_main, "run_server", lambda config: seen.append(config) or 0)
+    monkeypatch.setattr(cli_main, "run_server", lambda settings: seen.append(settings.config) or 0)
     result = invoke(
         ["serve", "--upstream", "http://vllm:8000/v1", "--model", "llama"],
         {"TITAN_UPSTREAM_API_KEY": SECRET},

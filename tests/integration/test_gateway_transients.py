@@ -204,10 +204,11 @@ def test_tools_and_vendor_fields_reach_an_openai_upstream_without_a_400(stream):
 
 def test_upstream_without_a_model_name_serves_every_model_it_lists():
     """`titan serve --upstream URL` without --model: the upstream's /models become Titan's."""
-    from titan.cli.main import build_config
+    from titan.cli.main import serve_settings
 
     with running_simulator(SimulationProfile(ttft_s=0.002), model="upstream-llm") as upstream:
-        config = build_config(upstream=f"{upstream}/v1", environ={"TITAN_PROBES__ENABLED": "false"})
+        environ = {"TITAN_PROBES__ENABLED": "false"}
+        config = serve_settings(upstream=f"{upstream}/v1", environ=environ).config
         with running_titan(config) as titan:
             sdk = client(titan)
             assert [m.id for m in sdk.models.list()] == ["upstream-llm"]

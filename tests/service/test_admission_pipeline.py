@@ -165,14 +165,14 @@ async def test_an_open_bind_without_keys_is_refused_unless_allowed():
     keyed = Pipeline(config(), storage=memory())
     await keyed.storage.documents.put("api_keys", "000000000000", {})  # type: ignore[union-attr]
     await keyed.start()  # a key exists: auth is on
-    assert keyed.gate.is_auth_on  # type: ignore[union-attr]
+    assert keyed.gate.auth.is_auth_on  # type: ignore[union-attr]
     await keyed.shutdown()
 
     # A master key and no key yet (a fresh deployment): it starts, and lets nobody in but the
     # admin API, through which the first key is made.
     fresh = Pipeline(config(master_key="sk-master-0123456789abcdef"), storage=memory())
     await fresh.start()
-    assert fresh.gate.is_auth_on  # type: ignore[union-attr]
+    assert fresh.gate.auth.is_auth_on  # type: ignore[union-attr]
     with pytest.raises(AuthenticationError, match="didn't provide an API key"):
         await fresh.complete(request())
     await fresh.shutdown()

@@ -7,7 +7,6 @@ import pytest
 
 from titan.errors import ConfigError
 from titan.storage import open_storage
-from titan.storage.factory import redact
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 from titan.storage.sqlite import SqliteCounters, SqliteDocuments
 
@@ -42,12 +41,6 @@ async def test_sqlite_absolute_path(tmp_path):
 async def test_unknown_urls_name_the_accepted_schemes(url):
     with pytest.raises(ConfigError, match="sqlite"):
         await open_storage(url)
-
-
-def test_redact():
-    assert redact("redis://:pw@h:1/0") == "redis://:***@h:1/0"
-    assert redact("rediss://u:pw@h:1/0") == "rediss://u:***@h:1/0"
-    assert redact("redis://h:1/0") == "redis://h:1/0"
 
 
 def test_importing_storage_does_not_import_redis():

@@ -18,9 +18,10 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
+from titan.cli.options import ApiKeyOption, ConfigOption, client_settings
+
 URL_COMMAND = "url"
 URL_SCHEMES = ("http://", "https://")
-API_KEY_VARIABLES = ("OPENAI_API_KEY", "TITAN_API_KEY")
 DEFAULT_CONCURRENCY = 16
 DEFAULT_DURATION_S = 30.0
 BURST_WORKLOAD_BURSTINESS = 0.25  # gamma shape: gaps with a coefficient of variation of 2
@@ -176,10 +177,8 @@ def bench_url(
     model: Annotated[
         str | None, typer.Option(help="The model to ask for (default: the first of /v1/models).")
     ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(help="Bearer key (default: $OPENAI_API_KEY, else $TITAN_API_KEY)."),
-    ] = None,
+    api_key: ApiKeyOption = None,
+    config_file: ConfigOption = None,
     concurrency: Annotated[
         int | None,
         typer.Option(min=1, help=f"Closed loop: N clients (default: {DEFAULT_CONCURRENCY})."),
@@ -255,7 +254,7 @@ def bench_url(
         load = workload_by_name(workload, seed=seed, max_tokens=max_tokens, stream=not no_stream)
         if endpoint is EndpointKind.COMPLETIONS:
             load = load.as_completions()
-        key = api_key or next((os.environ[v] for v in API_KEY_VARIABLES if os.environ.get(v)), None)
+        key = client_settings(config_file, None, api_key).config.client.bearer()
         if model is None:
             model = discover_model(url, key)
         else:

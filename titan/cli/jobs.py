@@ -1,5 +1,7 @@
 """``titan jobs``: submit, follow, cancel and list jobs and batches on a running Titan, over its
-HTTP API (``--url``, the key from ``--api-key`` or ``$TITAN_API_KEY``).
+HTTP API: the server and key are ``client.url`` and ``client.api_key`` of the settings
+(``--url``/``--api-key``, else ``$TITAN_URL``/``$TITAN_API_KEY``, else ``--config``'s, else
+the server the same settings describe), resolved as for every command.
 
 An id starting ``batch_`` is a batch, any other a job. ``submit --batch FILE.jsonl`` uploads the
 file, creates the batch and, with ``--wait``, shows a progress bar until it ends.
@@ -7,8 +9,10 @@ file, creates the batch and, with ``--wait``, shows a progress bar until it ends
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,20 +20,47 @@ import httpx
 import orjson
 import typer
 
+from titan.cli.options import ApiKeyOption, ConfigOption, UrlOption, client_settings
+from titan.errors import TitanError
+
 jobs_app = typer.Typer(help="Submit, follow, cancel and list async jobs and batches.",
                        no_args_is_help=True, add_completion=False)  # fmt: skip
 
-URL = Annotated[str, typer.Option(help="The Titan server.", envvar="TITAN_URL")]
-KEY = Annotated[str | None, typer.Option(help="API key (default: $TITAN_API_KEY).",
-                                         envvar="TITAN_API_KEY")]  # fmt: skip
 FINAL_BATCH = ("completed", "failed", "expired", "cancelled")
 FINAL_JOB = ("succeeded", "failed", "dead_letter", "cancelled", "expired")
 POLL_S = 0.5
 
 
-def _client(url: str, api_key: str | None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60)
+@contextlib.contextmanager
+def _client(
+    command: str, config_file: Path | None, url: str | None, api_key: str | None
+) -> Iterator[httpx.Client]:
+    """A client of the server the settings name; a server that cannot be reached is a message
+    naming it and where its URL came from, never a traceback."""
+    try:
+        settings = client_settings(config_file, url, api_key)
+    except TitanError as exc:
+        typer.echo(f"titan jobs {command}: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+    client_config = settings.config.client
+    base_url = client_config.base_url(settings.config.server)
+    key = client_config.bearer()
+    if command == "submit":  # the one that writes: say where it went
+        typer.echo(
+            f"titan jobs submit: server {base_url} ({settings.origin('client', 'url')})", err=True
+        )
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client:
+            yield client
+    except httpx.TransportError as exc:
+        typer.echo(
+            f"titan jobs {command}: cannot reach {base_url} "
+            f"(from {settings.origin('client', 'url')}): {exc or type(exc).__name__}. "
+            "Is `titan serve` running there? Set --url or TITAN_URL.",
+            err=True,
+        )
+        raise typer.Exit(1) from None
 
 
 def _checked(response: httpx.Response) -> Any:
@@ -91,14 +122,15 @@ def submit(
     output: Annotated[
         Path | None, typer.Option(help="With --batch --wait: save the output file here.")
     ] = None,
-    url: URL = "http://127.0.0.1:8000",
-    api_key: KEY = None,
+    config_file: ConfigOption = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Submit one job (--body) or a batch (--batch)."""
     if (body is None) == (batch is None):
         typer.echo("titan jobs submit: give exactly one of --body or --batch.", err=True)
         raise typer.Exit(2)
-    with _client(url, api_key) as client:
+    with _client("submit", config_file, url, api_key) as client:
         if batch is not None:
             files = {"file": (batch.name, batch.read_bytes(), "application/jsonl")}
             upload = _checked(client.post("/v1/files", files=files, data={"purpose": "batch"}))
@@ -123,11 +155,12 @@ def submit(
 def status(
     object_id: Annotated[str, typer.Argument(help="A job id or a batch id.")],
     wait: Annotated[bool, typer.Option("--wait", help="Follow it until it ends.")] = False,
-    url: URL = "http://127.0.0.1:8000",
-    api_key: KEY = None,
+    config_file: ConfigOption = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Show a job (its result or error) or a batch (its counts and files)."""
-    with _client(url, api_key) as client:
+    with _client("status", config_file, url, api_key) as client:
         found = _checked(client.get(f"/v1/{_kind(object_id)}/{object_id}"))
         if wait:
             found = _follow_batch(client, found) if _kind(object_id) == "batches" else \
@@ -138,11 +171,12 @@ def status(
 @jobs_app.command("cancel")
 def cancel(
     object_id: Annotated[str, typer.Argument(help="A job id or a batch id.")],
-    url: URL = "http://127.0.0.1:8000",
-    api_key: KEY = None,
+    config_file: ConfigOption = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """Cancel a job (a running one stops, its engine work aborted) or a batch."""
-    with _client(url, api_key) as client:
+    with _client("cancel", config_file, url, api_key) as client:
         if _kind(object_id) == "batches":
             _print(_checked(client.post(f"/v1/batches/{object_id}/cancel")))
         else:
@@ -154,14 +188,15 @@ def list_(
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     batches: Annotated[bool, typer.Option("--batches", help="List batches, not jobs.")] = False,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
-    url: URL = "http://127.0.0.1:8000",
-    api_key: KEY = None,
+    config_file: ConfigOption = None,
+    url: UrlOption = None,
+    api_key: ApiKeyOption = None,
 ) -> None:
     """List jobs (newest first) or batches, one per line."""
     params: dict[str, Any] = {"limit": limit}
     if status is not None:
         params["status"] = status
-    with _client(url, api_key) as client:
+    with _client("list", config_file, url, api_key) as client:
         page = _checked(client.get("/v1/batches" if batches else "/v1/jobs", params=params))
     for item in page["data"]:
         if batches:

@@ -1,7 +1,8 @@
 """``titan keys``: create, list and revoke API keys in the configured storage.
 
 Sync at this edge (``asyncio.run``); the storage is opened per command and closed after it.
-The storage URL: ``--storage``, else the ``storage`` of the ``--config`` file, else the default.
+The storage: ``--storage``, else ``$TITAN_STORAGE``, else the ``--config`` file's, else the
+default, as for ``titan serve`` (``resolve_settings``); each command says which it used.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, TypeVar
 
 import orjson
 import typer
 from pydantic import ValidationError
 
-from titan.config import load_config
-from titan.config.admission import DEFAULT_STORAGE, Budget
+from titan.cli.options import ConfigOption, StorageOption, say_store, storage_settings
+from titan.config.admission import Budget
+from titan.config.resolution import Resolved
+from titan.config.summary import shown_url
 from titan.errors import InvalidRequestError, TitanError
-from titan.limits.keys import ApiKey, KeyPolicy, KeyRing
+from titan.limits.keys import ApiKey, KeyPolicy, KeyRing, parse_key_id
 
 T = TypeVar("T")
 
@@ -47,20 +49,6 @@ class BudgetPeriod(StrEnum):
     total = "total"
 
 
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option("--config", help="A titan.yaml whose `storage` holds the keys."),
-]
-StorageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--storage",
-        help="Storage URL (sqlite:///path, redis://host:6379/0); overrides --config "
-        f"(default: {DEFAULT_STORAGE}).",
-    ),
-]
-
-
 @keys_app.callback()
 def _group() -> None:
     """Create, list and revoke API keys."""  # keeps the commands subcommands
@@ -78,20 +66,13 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _DURATION_S[match.group(2)]
 
 
-def storage_url(storage: str | None, config_file: Path | None) -> str:
-    if storage is not None:
-        return storage
-    if config_file is not None:
-        return str(getattr(load_config(config_file), "storage", DEFAULT_STORAGE))
-    return DEFAULT_STORAGE
-
-
-def _with_keyring(url: str, use: Callable[[KeyRing], Awaitable[T]]) -> T:
+def _with_keyring(settings: Resolved, use: Callable[[KeyRing], Awaitable[T]]) -> T:
     async def run() -> T:
         # Imported here: a concrete store (and its driver) loads only when a command runs.
         from titan.storage.factory import open_storage
 
-        storage = await open_storage(url)
+        config = settings.config
+        storage = await open_storage(config.storage, data_at_rest=config.data_at_rest)
         try:
             return await use(KeyRing(storage.documents, cache_s=0))
         finally:
@@ -163,12 +144,22 @@ def create(
         BudgetPeriod | None, typer.Option(help="The budget's period (default: month).")
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help='Print {"key", "tenant", "key_id"} as JSON.')
+        bool,
+        typer.Option("--json", help='Print {"key", "tenant", "key_id", "store"} as JSON.'),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print the key alone: export TITAN_API_KEY=$(titan keys create -q …)",
+        ),
     ] = False,
     config_file: ConfigOption = None,
     storage: StorageOption = None,
 ) -> None:
-    """Create a key and print it (once: only its hash is stored)."""
+    """Create a key and print it (once: only its hash is stored). The first key turns auth on
+    for every server on the same storage."""
     try:
         policy = _policy(
             models=models,
@@ -180,13 +171,23 @@ def create(
             budget_usd=budget_usd,
             budget_period=budget_period,
         )
-        url = storage_url(storage, config_file)
-        key, record = _with_keyring(url, lambda ring: ring.create(tenant, name=name, policy=policy))
+        settings = storage_settings(config_file, storage)
+        key, record = _with_keyring(
+            settings, lambda ring: ring.create(tenant, name=name, policy=policy)
+        )
     except TitanError as exc:
         raise _fail("create", exc) from None
+    say_store("titan keys create", settings)
     if as_json:
-        payload = {"key": key, "tenant": record.tenant, "key_id": record.key_id}
+        payload = {
+            "key": key,
+            "tenant": record.tenant,
+            "key_id": record.key_id,
+            "store": shown_url(settings.config.storage),
+        }
         typer.echo(orjson.dumps(payload).decode())
+    elif quiet:
+        typer.echo(key)
     else:
         typer.echo(f"Created key {record.key_id} for tenant {record.tenant}:\n\n  {key}\n")
     typer.echo("Store this key now: it will not be shown again.", err=True)
@@ -226,10 +227,11 @@ def list_keys(
 ) -> None:
     """List keys (never their secrets or hashes), revoked and expired ones included."""
     try:
-        url = storage_url(storage, config_file)
-        records = _with_keyring(url, lambda ring: ring.list(tenant))
+        settings = storage_settings(config_file, storage)
+        records = _with_keyring(settings, lambda ring: ring.list(tenant))
     except TitanError as exc:
         raise _fail("list", exc) from None
+    say_store("titan keys list", settings)
     if as_json:
         typer.echo(orjson.dumps([record.public() for record in records]).decode())
         return
@@ -262,17 +264,32 @@ def list_keys(
 
 @keys_app.command("revoke")
 def revoke(
-    key_id: Annotated[str, typer.Argument(help="The key's id (see `titan keys list`).")],
+    key_id: Annotated[
+        str, typer.Argument(help="The key's id (see `titan keys list`), or the key itself.")
+    ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"key_id", "revoked", "store"} as JSON.')
+    ] = False,
     config_file: ConfigOption = None,
     storage: StorageOption = None,
 ) -> None:
     """Revoke a key: it stops working within each server's key cache time (5 s by default)."""
+    key_id = parse_key_id(key_id.strip()) or key_id  # a whole key names its id
     try:
-        url = storage_url(storage, config_file)
-        is_found = _with_keyring(url, lambda ring: ring.revoke(key_id))
+        settings = storage_settings(config_file, storage)
+        is_found = _with_keyring(settings, lambda ring: ring.revoke(key_id))
     except TitanError as exc:
         raise _fail("revoke", exc) from None
+    say_store("titan keys revoke", settings)
+    if as_json:
+        payload = {
+            "key_id": key_id,
+            "revoked": is_found,
+            "store": shown_url(settings.config.storage),
+        }
+        typer.echo(orjson.dumps(payload).decode())
     if not is_found:
         typer.echo(f"titan keys revoke: no key with id {key_id!r}", err=True)
         raise typer.Exit(1)
-    typer.echo(f"Revoked key {key_id}.")
+    if not as_json:
+        typer.echo(f"Revoked key {key_id}.")

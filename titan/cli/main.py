@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import os
+import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -19,7 +19,15 @@ from titan.cli.plan import plan
 from titan.cli.simulate import simulate
 from titan.cli.storage import storage_app
 from titan.cli.worker import worker
-from titan.config import TitanConfig, gateway, loading
+from titan.config import TitanConfig
+from titan.config.overrides import Override
+from titan.config.resolution import (
+    UPSTREAM_API_KEY_ENV,
+    Resolved,
+    resolve_settings,
+    upstream_flag,
+)
+from titan.config.summary import shown_url
 from titan.errors import ConfigError, TitanError
 
 # Long uvicorn shutdowns hold a deploy back; streams still open after this are cut.
@@ -39,10 +47,9 @@ _ENGINE_FLAGS = {
     "max_model_len": "--max-model-len",
     "num_threads": "--num-threads",
 }
-UPSTREAM_API_KEY_ENV = "TITAN_UPSTREAM_API_KEY"
 
 
-def build_config(
+def serve_settings(
     *,
     config_file: Path | None = None,
     upstream: str | None = None,
@@ -63,14 +70,13 @@ def build_config(
     storage: str | None = None,
     allow_unauthenticated: bool = False,
     environ: Mapping[str, str] | None = None,
-) -> TitanConfig:
-    """The config the serve flags describe. Raises ConfigError naming the bad flag or key.
+) -> Resolved:
+    """The settings the serve flags describe (``resolve_settings``: the defaults, the file,
+    ``TITAN_*`` variables, the flags). Raises ConfigError naming the bad flag or key.
 
-    Later wins: the file (or the defaults), ``TITAN_<SECTION>__<KEY>`` variables, the flags.
     Engine flags set the one embedded deployment; with ``--upstream``, ``--model`` is the
     upstream's model name and the config holds that upstream only.
     """
-    environ = os.environ if environ is None else environ
     engine_values = {
         "model": None if upstream is not None else model,
         "served_model_name": served_model_name,
@@ -95,47 +101,32 @@ def build_config(
     if upstream is not None and engine_values:
         raise ConfigError(f"{engine_flags} set the embedded engine; not with --upstream")
 
-    if config_file is not None:
-        base = loading.load_config(config_file, environ)
-    else:
-        base = loading.config_from_mapping(None, "defaults", environ)
     server_values = {"host": host, "port": port, "log_level": log_level and log_level.lower()}
-    overrides = [
-        loading.Override(("server", key), value, f"--{key.replace('_', '-')}")
+    flags = [
+        Override(("server", key), value, f"--{key.replace('_', '-')}")
         for key, value in server_values.items()
         if value is not None
     ]
     if storage is not None:
-        overrides.append(loading.Override(("storage",), storage, "--storage"))
+        flags.append(Override(("storage",), storage, "--storage"))
     if allow_unauthenticated:
-        overrides.append(
-            loading.Override(("auth", "allow_unauthenticated"), True, "--allow-unauthenticated")
-        )
+        flags.append(Override(("auth", "allow_unauthenticated"), True, "--allow-unauthenticated"))
     if upstream is not None:
-        key = api_key if api_key is not None else environ.get(UPSTREAM_API_KEY_ENV)
-        overrides.append(
-            loading.Override(("models",), [_upstream_model(upstream, model, key)], "--upstream")
-        )
-    elif engine_values:
-        where = _the_embedded_deployment(base, engine_flags, config_file)
-        overrides += [
-            loading.Override((*where, "engine", key), value, _ENGINE_FLAGS[key])
-            for key, value in engine_values.items()
-        ]
-    return loading.override_config(base, overrides)
-
-
-def _upstream_model(base_url: str, model: str | None, api_key: str | None) -> dict[str, Any]:
-    """``--upstream URL [--model NAME]``: NAME (or "*", every model it lists) served by URL."""
-    deployment: dict[str, Any] = {"backend": "openai", "base_url": base_url}
-    if api_key:
-        deployment["api_key"] = api_key
-    name = model if model is not None else gateway.ALL_UPSTREAM_MODELS
-    return {"name": name, "deployments": [deployment]}
+        flags.append(upstream_flag(upstream, model, api_key, environ))
+    resolved = resolve_settings(config_file=config_file, flags=flags, environ=environ)
+    if not engine_values:
+        return resolved
+    # Engine flags set the embedded deployment wherever the file (or the defaults) put it.
+    where = _the_embedded_deployment(resolved.config, engine_flags, file=config_file)
+    flags += [
+        Override((*where, "engine", key), value, _ENGINE_FLAGS[key])
+        for key, value in engine_values.items()
+    ]
+    return resolve_settings(config_file=config_file, flags=flags, environ=environ)
 
 
 def _the_embedded_deployment(
-    config: TitanConfig, engine_flags: str, config_file: Path | None
+    config: TitanConfig, engine_flags: str, *, file: Path | None
 ) -> tuple[str | int, ...]:
     """The key path of the config's only embedded deployment, which engine flags set."""
     paths = [
@@ -147,12 +138,12 @@ def _the_embedded_deployment(
     if len(paths) != 1:
         raise ConfigError(
             f"{engine_flags} set the embedded engine, which needs exactly one embedded "
-            f"deployment in {config_file}; it has {len(paths)}: set these in the file instead"
+            f"deployment in {file}; it has {len(paths)}: set these in the file instead"
         )
     return paths[0]
 
 
-def run_server(config: TitanConfig) -> int:
+def run_server(settings: Resolved) -> int:
     """Serve until interrupted; returns the process exit code (1 if the models failed to load)."""
     # Imported here so that `titan --help` stays quick.
     import uvicorn
@@ -161,7 +152,18 @@ def run_server(config: TitanConfig) -> int:
     from titan.api.header_deadline import uvicorn_http_protocol
     from titan.observability import configure_logging
 
+    config = settings.config
     configure_logging(config.server.log_level)
+    # What a user asked for and where it was read, before anything else can go wrong; the
+    # storage always, since keys there decide whether auth is on.
+    rows = settings.explained()
+    if not any(key == "storage" for key, _, _ in rows):
+        rows.append(("storage", shown_url(config.storage), settings.origin("storage")))
+    logging.getLogger("titan.settings").info(
+        "settings: %s",
+        "; ".join(f"{key}={value} ({origin})" for key, value, origin in rows),
+        extra={"settings": {key: origin for key, _, origin in rows}},
+    )
     exit_code = 0
     server: uvicorn.Server | None = None
 
@@ -282,7 +284,7 @@ def serve(
     With --config they need a file with exactly one embedded deployment, which they then set.
     """
     try:
-        config = build_config(
+        settings = serve_settings(
             config_file=config_file,
             upstream=upstream,
             api_key=api_key,
@@ -302,7 +304,7 @@ def serve(
             storage=storage,
             allow_unauthenticated=allow_unauthenticated,
         )
-        exit_code = run_server(config)
+        exit_code = run_server(settings)
     except TitanError as exc:  # a bad flag or file, or an engine config the engine refuses
         typer.echo(f"titan serve: {exc.message}", err=True)
         raise typer.Exit(2) from None

@@ -1,17 +1,19 @@
 """``titan storage reseal``: finish a data-key rotation (see docs/data-at-rest.md).
 
-Sync at this edge (``asyncio.run``). The keys and the storage come from ``--config`` (and the
-``TITAN_*`` environment, as for ``titan serve``); ``--storage`` overrides the URL.
+Sync at this edge (``asyncio.run``). The keys and the storage are resolved as for every command
+(``resolve_settings``): the defaults, ``--config``, ``TITAN_*`` variables, ``--storage``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import typer
 
+from titan.cli.options import ConfigOption, StorageOption, say_store, storage_settings
+from titan.config.summary import shown_url
 from titan.errors import TitanError
 
 if TYPE_CHECKING:
@@ -30,23 +32,33 @@ def _group() -> None:
 
 @storage_app.command("reseal")
 def reseal_command(
-    config_file: Annotated[
-        Path | None,
-        typer.Option("--config", help="The titan.yaml with storage and data_at_rest keys."),
-    ] = None,
-    storage: Annotated[
-        str | None, typer.Option("--storage", help="Storage URL; overrides --config.")
-    ] = None,
+    config_file: ConfigOption = None,
+    storage: StorageOption = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='Print {"store", "resealed", "current", "by_namespace"} as JSON.'
+        ),
+    ] = False,
 ) -> None:
     """Rewrite every document not sealed with the current (first) data key."""
-    from titan.cli.main import build_config
-
     try:
-        config = build_config(config_file=config_file, storage=storage)
+        settings = storage_settings(config_file, storage)
+        config = settings.config
         report = asyncio.run(_reseal(config.storage, config.data_at_rest.key_bytes()))
     except TitanError as exc:
         typer.echo(f"titan storage reseal: {exc.message}", err=True)
         raise typer.Exit(2) from None
+    say_store("titan storage reseal", settings)
+    if as_json:
+        payload = {
+            "store": shown_url(config.storage),
+            "resealed": report.num_resealed,
+            "current": report.num_current,
+            "by_namespace": report.by_namespace,
+        }
+        typer.echo(orjson.dumps(payload).decode())
+        return
     for namespace, count in sorted(report.by_namespace.items()):
         typer.echo(f"  {namespace}: {count}")
     typer.echo(

@@ -8,31 +8,40 @@ Redis or SQLite storage; SIGTERM hands the running jobs back to the queue before
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from titan.config import TitanConfig, loading
+from titan.cli.options import ConfigOption, StorageOption, store_line
+from titan.config import TitanConfig
+from titan.config.overrides import Override
+from titan.config.resolution import Resolved, resolve_settings
 from titan.errors import ConfigError, TitanError
 
+DEFAULT_CONCURRENCY = 16
 
-def worker_config(
+
+def worker_settings(
     config_file: Path | None, storage: str | None, concurrency: int | None, log_level: str | None
-) -> TitanConfig:
-    from titan.cli.main import build_config
-
-    config = build_config(config_file=config_file, storage=storage, log_level=log_level)
-    if config.storage.split("://", 1)[0] == "memory":
+) -> Resolved:
+    """``resolve_settings`` with the worker's flags; ``jobs.workers`` is its concurrency:
+    ``--concurrency``, else the settings' own (when not 0, which leaves jobs to workers), else 16.
+    """
+    flags = [] if storage is None else [Override(("storage",), storage, "--storage")]
+    if log_level is not None:
+        flags.append(Override(("server", "log_level"), log_level.lower(), "--log-level"))
+    settings = resolve_settings(config_file=config_file, flags=flags)
+    if settings.config.storage.split("://", 1)[0] == "memory":
         raise ConfigError(
             "titan worker needs the storage the servers share (sqlite:///PATH or redis://HOST): "
             "a memory:// queue is this process's alone. Pass --storage or a --config with one."
         )
-    workers = concurrency or config.jobs.workers or 16
-    return loading.override_config(
-        config, [loading.Override(("jobs", "workers"), workers, "--concurrency")]
-    )
+    workers = concurrency or settings.config.jobs.workers or DEFAULT_CONCURRENCY
+    flags.append(Override(("jobs", "workers"), workers, "--concurrency"))
+    return resolve_settings(config_file=config_file, flags=flags)
 
 
 async def run_worker(config: TitanConfig) -> None:
@@ -51,13 +60,8 @@ async def run_worker(config: TitanConfig) -> None:
 
 
 def worker(
-    config_file: Annotated[
-        Path | None, typer.Option("--config", help="The titan.yaml the servers use.")
-    ] = None,
-    storage: Annotated[
-        str | None,
-        typer.Option(help="The shared storage: redis://HOST:PORT/DB or sqlite:///PATH."),
-    ] = None,
+    config_file: ConfigOption = None,
+    storage: StorageOption = None,
     concurrency: Annotated[
         int | None,
         typer.Option(min=1, help="Jobs run at once (default: jobs.workers, else 16)."),
@@ -68,9 +72,12 @@ def worker(
     from titan.observability import configure_logging
 
     try:
-        config = worker_config(config_file, storage, concurrency, log_level)
-        configure_logging(config.server.log_level)
-        asyncio.run(run_worker(config))
+        settings = worker_settings(config_file, storage, concurrency, log_level)
+        configure_logging(settings.config.server.log_level)
+        logging.getLogger("titan.settings").info(
+            "titan worker: %s, %d jobs at once", store_line(settings), settings.config.jobs.workers
+        )
+        asyncio.run(run_worker(settings.config))
     except TitanError as exc:
         typer.echo(f"titan worker: {exc.message}", err=True)
         raise typer.Exit(2) from None

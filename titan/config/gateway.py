@@ -28,7 +28,7 @@ from titan.config.data_at_rest import DataAtRestConfig
 from titan.config.guardrails import GuardrailsConfig
 from titan.config.jobs import JobsConfig
 from titan.config.observability import ObservabilityConfig, SloConfig
-from titan.config.settings import EmbeddedModelConfig, ServerConfig, Settings
+from titan.config.settings import ClientConfig, EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
 
@@ -209,6 +209,7 @@ ALL_UPSTREAM_MODELS = "*"
 
 class TitanConfig(Settings):
     server: ServerConfig = ServerConfig()
+    client: ClientConfig = ClientConfig()  # where `titan jobs` and `titan bench URL` send
     models: list[ModelConfig] = Field(default_factory=lambda: [ModelConfig()])
     routing: RoutingConfig = RoutingConfig()
     retry: RetryConfig = RetryConfig()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from titan.config.summary import SECRET_MASK, describe
 from titan.errors import ConfigError
 
 __all__ = [
+    "Layers",
     "Override",
     "config_from_mapping",
     "describe",
+    "layered_config",
     "load_config",
     "override_config",
     "read_config_file",
@@ -76,6 +79,27 @@ def config_from_mapping(
     data: Any, source: str, environ: Mapping[str, str] | None = None
 ) -> TitanConfig:
     """Validate a config document (None: all defaults); ``source`` names it in messages."""
+    return layered_config(data, source, environ).config
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A validated config and what it was made of, for saying where each setting came from."""
+
+    config: TitanConfig
+    document: Any  # the file's document, its ${VAR} references filled in ({} without a file)
+    overrides: list[Override]  # the environment's, then the flags', in the order applied
+
+
+def layered_config(
+    data: Any,
+    source: str,
+    environ: Mapping[str, str] | None = None,
+    flags: Sequence[Override] = (),
+) -> Layers:
+    """The defaults, then the document ``data`` (None: none), then ``TITAN_*`` variables of
+    ``environ`` (default ``os.environ``), then ``flags``; validated once, each problem named
+    after the layer that caused it."""
     environ = os.environ if environ is None else environ
     if data is None:
         data = {}
@@ -86,10 +110,11 @@ def config_from_mapping(
     problems += [f"{source}: {problem}" for problem in _non_string_keys(data, ())]
     overrides, override_problems = env_overrides(environ)
     problems += override_problems
-    merged = apply_overrides(substituted.data, overrides)
+    overrides += flags
+    merged = apply_overrides(_with_defaults_under(substituted.data, overrides), overrides)
     # Validation goes on past those problems, so that one run lists them all; where a variable
     # was missing, the validation error is only a consequence and is left out.
-    return _validate(
+    config = _validate(
         merged,
         source,
         overrides,
@@ -97,6 +122,7 @@ def config_from_mapping(
         known_problems=problems,
         skipped_paths=substituted.failed_paths,
     )
+    return Layers(config, substituted.data, overrides)
 
 
 def override_config(
@@ -134,6 +160,20 @@ def _validate(
         if not lines:
             return config
     raise ConfigError(_masked("\n".join(lines), _secret_strings(data)))
+
+
+def _with_defaults_under(data: Mapping[str, Any], overrides: Sequence[Override]) -> Any:
+    """``data`` with the default value of each top-level setting that an override reaches into
+    by index (``models[0]...`` with no ``models`` in the file): the item must exist to be set."""
+    missing = {
+        override.path[0]
+        for override in overrides
+        if override.path[0] not in data and any(isinstance(key, int) for key in override.path)
+    }
+    if not missing:
+        return data
+    defaults = TitanConfig().model_dump()
+    return {**data, **{key: defaults[key] for key in missing}}
 
 
 def _is_consequence(problem: Problem, skipped_paths: Collection[KeyPath]) -> bool:

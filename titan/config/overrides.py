@@ -18,11 +18,16 @@ from titan.config.problems import suggestion
 ENV_PREFIX = "TITAN_"
 # The sections whose scalar settings environment variables may override.
 ENV_SECTIONS = (
-    "server", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission", "jobs",
-    "observability",
+    "server", "client", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission",
+    "jobs", "observability",
 )  # fmt: skip
-# Top-level settings that a variable of their own name overrides: TITAN_STORAGE=redis://...
-ENV_TOP_LEVEL = ("storage",)
+# Variables named for what they set rather than by section (taken as written, never as YAML):
+# TITAN_STORAGE=redis://..., and the client commands' server and key.
+ENV_ALIASES: dict[str, KeyPath] = {
+    "TITAN_STORAGE": ("storage",),
+    "TITAN_URL": ("client", "url"),
+    "TITAN_API_KEY": ("client", "api_key"),
+}
 
 
 @dataclass(frozen=True)
@@ -35,20 +40,19 @@ class Override:
 def env_overrides(environ: Mapping[str, str]) -> tuple[list[Override], list[str]]:
     """The overrides ``TITAN_<SECTION>__<KEY>`` variables ask for, and problems with them.
 
-    Only names with a double underscore are overrides: ``TITAN_UPSTREAM_API_KEY`` is not.
+    Only names with a double underscore, and the ``ENV_ALIASES``, are overrides:
+    ``TITAN_UPSTREAM_API_KEY`` is not (``titan serve --upstream`` reads it).
     Values are read as YAML scalars, so ``false``, ``9000`` and ``[429, 503]`` have their types.
     """
     overrides, problems = [], []
     for name in sorted(environ):
-        top_level = name[len(ENV_PREFIX) :].lower()
-        if name.startswith(ENV_PREFIX) and top_level in ENV_TOP_LEVEL:
-            origin = f"environment variable {name}"
-            overrides.append(Override((top_level,), environ[name], origin))
+        origin = f"environment variable {name}"
+        if name in ENV_ALIASES:
+            overrides.append(Override(ENV_ALIASES[name], environ[name], origin))
             continue
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
-        origin = f"environment variable {name}"
         if section not in ENV_SECTIONS:
             problems.append(
                 f"{origin}: unknown section {section!r}{suggestion(section, ENV_SECTIONS)} "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 
 from titan.errors import ConfigError
 
@@ -89,6 +89,27 @@ class ServerConfig(Settings):
     # x-titan-timeout header sets one; None: only the per-attempt timeouts bound it.
     request_timeout_s: float | None = Field(None, gt=0)
     limits: RequestLimits = RequestLimits()
+
+
+class ClientConfig(Settings):
+    """How Titan's client commands (``titan jobs``, ``titan bench URL``) reach a server."""
+
+    # None: the server this same config describes, http://<server.host>:<server.port>.
+    url: str | None = None
+    api_key: SecretStr | None = None  # sent as "Authorization: Bearer"
+
+    def base_url(self, server: ServerConfig) -> str:
+        """The server's root URL (``/v1`` is the API's: a trailing one is dropped)."""
+        if self.url is not None:
+            url = self.url.rstrip("/")
+            return url.removesuffix("/v1")
+        # A server listening on every address is reached on loopback from its own machine.
+        host = "127.0.0.1" if server.host in ("0.0.0.0", "", "::") else server.host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{server.port}"
+
+    def bearer(self) -> str | None:
+        return None if self.api_key is None else self.api_key.get_secret_value()
 
 
 class EmbeddedModelConfig(Settings):

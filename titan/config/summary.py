@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
 from titan.config.data_at_rest import DataAtRestConfig
 from titan.config.gateway import (
     ALL_UPSTREAM_MODELS,
@@ -36,6 +39,7 @@ def describe(config: TitanConfig) -> str:
         f"hedge: {_hedge(config.hedge)}",
         f"breaker: {_breaker(config.breaker)}",
         f"probes: {_probes(config.probes)}",
+        f"storage: {shown_url(config.storage)}",
         f"data at rest: {_data_at_rest(config.data_at_rest)}",
         f"guardrails: {_guardrails(config.guardrails)}",
     ]
@@ -192,3 +196,20 @@ def _guardrails(guardrails: GuardrailsConfig) -> str:
         return "off"
     policies = guardrails.policies
     return "; ".join(f"{p.name}: {p.action} {'+'.join(p.stages)}" for p in policies)
+
+
+def shown_url(url: str) -> str:
+    """A storage URL for messages: its password masked; a SQLite path under ``~`` made
+    absolute, so that the user sees which file it is."""
+    head = "sqlite:///"
+    if url.lower().startswith(head) and url[len(head) :].startswith("~"):
+        return head + str(Path(url[len(head) :]).expanduser())
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL at all; opening it says what is wrong
+        return url
+    if password is None:
+        return url
+    user = f"{parts.username}:{SECRET_MASK}@" if parts.username else f":{SECRET_MASK}@"
+    return urlunsplit(parts._replace(netloc=user + parts.netloc.rsplit("@", 1)[1]))

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from titan.config.admission import Budget, Limits, Priority
 from titan.errors import AuthenticationError, InvalidRequestError, StorageUnavailableError
@@ -194,6 +194,20 @@ class KeyRing:
         """Whether any key was ever issued. Revoked keys count: revoking every key must not
         turn authentication off."""
         return bool(await self._documents.list(NAMESPACE))
+
+    async def count(self) -> tuple[int, int]:
+        """``(active, inactive)`` keys: what a server may say about its keys. Revoked, expired
+        and unreadable records are inactive."""
+        documents = await self._documents.list(NAMESPACE)
+        now = self._now()
+        active = 0
+        for _, document in documents:
+            try:
+                record = ApiKey.model_validate(document)
+            except ValidationError:
+                continue
+            active += not record.is_revoked and not record.is_expired(now)
+        return active, len(documents) - active
 
     async def authenticate(self, presented: str) -> ApiKey:
         """The record of a valid key; AuthenticationError (401) saying why otherwise.

@@ -72,17 +72,17 @@ class AdminService:
             expires_at=expires_at,
             budget=asked.budget,
         )
-        plaintext, record = await self.gate.keys.create(
+        plaintext, record = await self.gate.auth.keys.create(
             asked.tenant, name=asked.name, policy=policy
         )
-        self.gate.is_auth_on = True  # this replica enforces keys from now on
+        self.gate.auth.enable()
         return {"key": plaintext, **record.public()}
 
     async def list_keys(self, tenant: str | None) -> list[dict[str, Any]]:
-        return [key.public() for key in await self.gate.keys.list(tenant)]
+        return [key.public() for key in await self.gate.auth.keys.list(tenant)]
 
     async def revoke_key(self, key_id: str) -> dict[str, Any]:
-        if not await self.gate.keys.revoke(key_id):
+        if not await self.gate.auth.keys.revoke(key_id):
             raise NotFoundError(f"No API key with id '{key_id}'.", param="key_id")
         return {"id": key_id, "revoked": True}
 
@@ -117,12 +117,10 @@ class AdminService:
     async def own_usage(
         self, api_key: str | None, granularity: str, start: float | None, end: float | None
     ) -> dict[str, Any]:
-        await self.gate.refresh_auth()
-        if not self.gate.is_auth_on:
+        await self.gate.auth.refresh()
+        if not self.gate.auth.is_auth_on:
             return await self.usage("all", granularity, start, end)
-        if not api_key:
-            raise AuthenticationError("Usage is per API key: send 'Authorization: Bearer KEY'.")
-        key = await self.gate.keys.authenticate(api_key)
+        key = await self.gate.auth.key(api_key)
         return await self.usage(f"key:{key.key_id}", granularity, start, end)
 
 

@@ -14,12 +14,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from ipaddress import ip_address
 
 from titan.config import TitanConfig
 from titan.config.admission import PRIORITIES, Budget, Limits, Priority
 from titan.errors import (
-    AuthenticationError,
     InvalidRequestError,
     PermissionDeniedError,
     QuotaExceededError,
@@ -27,13 +25,14 @@ from titan.errors import (
     TitanError,
 )
 from titan.limits.degradation import Degradation, DegradationController
-from titan.limits.keys import ApiKey, KeyRing
+from titan.limits.keys import ApiKey
 from titan.limits.queue import AdmissionQueue, Admitted
 from titan.limits.rates import RateLimiter, Reservation, Scope
 from titan.limits.usage import Usage, UsageLedger, cost_usd
 from titan.limits.usage_buffer import UsageBuffer
 from titan.observability.metrics import TitanMetrics
 from titan.protocol import ClientRequest
+from titan.service.authentication import Authenticator
 from titan.service.storage_health import StorageHealth
 from titan.storage.base import Storage
 
@@ -69,15 +68,6 @@ class Ticket:
     is_finished: bool = False
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class Gatekeeper:
     def __init__(
         self,
@@ -94,14 +84,7 @@ class Gatekeeper:
         self.storage_health = StorageHealth(storage, metrics, now=now)
         # Limits and budgets while the store is unreachable: admit without them, or refuse.
         self.is_fail_open = config.admission.on_storage_error == "fail_open"
-        self.keys = KeyRing(
-            storage.documents,
-            cache_s=config.auth.key_cache_s,
-            stale_if_error_s=config.auth.key_stale_if_error_s,
-            on_stale=lambda exc: self.storage_health.failed(
-                "auth", exc, action="accepts keys validated recently here, refuses others (503)"
-            ),
-        )
+        self.auth = Authenticator(config, storage, self.storage_health, now=now)
         self.usage = UsageLedger(storage.counters)
         self.pending_usage = UsageBuffer(
             self.usage,
@@ -113,13 +96,10 @@ class Gatekeeper:
         self.queues: dict[str, AdmissionQueue] = {}
         self._model_configs = {m.name: m for m in config.models if m.name is not None}
         self.controllers: dict[str, DegradationController] = {}
-        self.is_auth_on = False
-        self._auth_checked_at = -math.inf
 
     async def start(self, models: dict[str, int | None]) -> None:
         """``models``: each served model's concurrency cap (None: no queue). Refuses to serve a
-        non-loopback address without keys unless the config allows it or has a master key (then
-        every request needs a key, the first one made through /admin/keys)."""
+        non-loopback address without keys (``Authenticator.start``)."""
         admission = self.config.admission
         for name, capacity in models.items():
             self.queues[name] = AdmissionQueue(name, capacity, admission.max_queue, now=self._now)
@@ -131,20 +111,7 @@ class Gatekeeper:
         self._watch_gauges()
         self.pending_usage.start()
         self.limiter.start()  # renews the concurrency leases of running requests
-        await self.refresh_auth()
-        host = self.config.server.host
-        is_open = not self.is_auth_on and not self.config.auth.allow_unauthenticated
-        if is_open and not is_loopback(host) and self.config.auth.master_key is not None:
-            # A fresh deployment: its first key comes through /admin/keys; until then nobody
-            # else gets in (rather than refusing to start, which would crash-loop the pods).
-            self.is_auth_on = True
-        elif is_open and not is_loopback(host):
-            raise AuthenticationError(
-                f"Refusing to serve {host} without API keys: create one with "
-                "`titan keys create --tenant NAME`, or set auth.allow_unauthenticated: true "
-                "(flag --allow-unauthenticated) to serve it open.",
-                code="auth_required",
-            )
+        await self.auth.start()
 
     def _watch_gauges(self) -> None:
         """Queue and ladder gauges read their live values when scraped: no per-request work."""
@@ -165,64 +132,9 @@ class Gatekeeper:
                 self.pending_usage.num_pending,
             )
 
-    async def refresh_auth(self) -> None:
-        """Auth turns on as soon as a key exists (created here, by the CLI or another replica)."""
-        if self.is_auth_on:
-            return
-        now = self._now()
-        if now - self._auth_checked_at < self.config.auth.key_cache_s:
-            return
-        self._auth_checked_at = now
-        self.is_auth_on = await self.keys.has_keys()
-
-    # ---- who -----------------------------------------------------------------------------
-
     async def authenticate(self, request: ClientRequest) -> Caller:
-        try:
-            return await self._authenticate(request)
-        except StorageUnavailableError as exc:  # fail closed: 503, never 401
-            self.storage_health.failed("auth", exc, action="refuses keys not validated recently")
-            raise
-
-    async def _authenticate(self, request: ClientRequest) -> Caller:
-        await self.refresh_auth()
-        key = None
-        if self.is_auth_on and request.key_id is not None:
-            key = await self.keys.authenticate_id(request.key_id)
-        elif self.is_auth_on:
-            if not request.api_key:
-                raise AuthenticationError(
-                    "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' "
-                    "(the openai SDK's api_key); keys come from `titan keys create`.",
-                    code="missing_api_key",
-                )
-            key = await self.keys.authenticate(request.api_key)
+        key = await self.auth.key_of(request)
         return Caller(key, request.client_host, self._priority(request, key))
-
-    async def tenant_for(self, api_key: str | None) -> str:
-        """The tenant whose stored objects (responses, files, state) a caller may touch: its
-        key's, or "" when auth is off (one user)."""
-        return (await self.identify(api_key))[0]
-
-    async def identify(self, api_key: str | None) -> tuple[str, str | None]:
-        """(tenant, key id) of a caller; ("", None) when auth is off."""
-        try:
-            return await self._identify(api_key)
-        except StorageUnavailableError as exc:  # fail closed: 503, never 401
-            self.storage_health.failed("auth", exc, action="refuses keys not validated recently")
-            raise
-
-    async def _identify(self, api_key: str | None) -> tuple[str, str | None]:
-        await self.refresh_auth()
-        if not self.is_auth_on:
-            return "", None
-        if not api_key:
-            raise AuthenticationError(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.",
-                code="missing_api_key",
-            )
-        key = await self.keys.authenticate(api_key)
-        return key.tenant, key.key_id
 
     def _priority(self, request: ClientRequest, key: ApiKey | None) -> Priority:
         asked = request.headers.get("x-titan-priority")

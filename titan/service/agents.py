@@ -18,7 +18,7 @@ class AgentService:
         self.states = AgentStates(documents)
 
     async def tenant_of(self, api_key: str | None) -> str:
-        return await self.gate.tenant_for(api_key)
+        return await self.gate.auth.tenant_for(api_key)
 
     async def get(self, api_key: str | None, agent_id: str) -> AgentState:
         return await self.states.get(await self.tenant_of(api_key), agent_id)

@@ -75,7 +75,7 @@ class JobsService:
         return self._batches
 
     async def owner(self, api_key: str | None) -> Owner:
-        tenant, key_id = await self.pipeline.gate.identify(api_key)  # type: ignore[union-attr]
+        tenant, key_id = await self.pipeline.gate.auth.identify(api_key)  # type: ignore[union-attr]
         return Owner(tenant, key_id)
 
     # ---- the API ---------------------------------------------------------------------------

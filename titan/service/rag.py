@@ -32,7 +32,7 @@ class RagService:
         gate = self.pipeline.gate
         if gate is None or self.pipeline.storage is None:
             raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-        return await gate.tenant_for(api_key)
+        return await gate.auth.tenant_for(api_key)
 
     def files(self) -> Files:
         return self.stores().files

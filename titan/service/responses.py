@@ -81,7 +81,7 @@ class ResponsesService:
     async def _prepare(
         self, body: ResponsesBody, api_key: str | None, client_host: str | None, headers: dict
     ) -> Prepared:
-        tenant = await self.pipeline.gate.tenant_for(api_key)
+        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
         model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
         earlier = await self.conversations.continued(tenant, body.previous_response_id)
         turn = input_messages(body.input)
@@ -290,11 +290,11 @@ class ResponsesService:
         yield stream.event(done, response=final)
 
     async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
-        tenant = await self.pipeline.gate.tenant_for(api_key)
+        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
         return await self.conversations.get(tenant, response_id)
 
     async def delete(self, response_id: str, api_key: str | None) -> dict[str, Any]:
-        tenant = await self.pipeline.gate.tenant_for(api_key)
+        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
         await self.conversations.delete(tenant, response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
+from titan.config.summary import shown_url
 from titan.errors import ConfigError, ServiceUnavailableError
 from titan.storage.base import Storage
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
@@ -87,7 +87,7 @@ async def _open(url: str, now: Callable[[], float] | None, key_prefix: str) -> S
         return await _open_sqlite(url, clock)
     if scheme in ("redis", "rediss"):
         return await _open_redis(url, key_prefix)
-    raise ConfigError(f"storage: unsupported URL {redact(url)!r}; use one of {SCHEMES}")
+    raise ConfigError(f"storage: unsupported URL {shown_url(url)!r}; use one of {SCHEMES}")
 
 
 async def _open_sqlite(url: str, clock: Callable[[], float]) -> Storage:
@@ -139,12 +139,12 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         )
         client = redis.asyncio.Redis(connection_pool=pool)
     except ValueError as exc:
-        raise ConfigError(f"storage: invalid Redis URL {redact(url)!r}: {exc}") from exc
+        raise ConfigError(f"storage: invalid Redis URL {shown_url(url)!r}: {exc}") from exc
     try:
         await client.ping()  # fail at start, not on the first request
     except (redis.exceptions.RedisError, OSError) as exc:
         await client.aclose()
-        message = f"storage: cannot reach Redis at {redact(url)}: {exc}"
+        message = f"storage: cannot reach Redis at {shown_url(url)}: {exc}"
         raise ServiceUnavailableError(message) from exc
 
     async def ping() -> None:
@@ -163,13 +163,3 @@ async def _open_redis(url: str, key_prefix: str) -> Storage:
         closers=[client.aclose, pool.disconnect],
         ping=ping,
     )
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))

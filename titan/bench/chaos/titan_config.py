@@ -7,12 +7,11 @@ starts, with Titan's message."""
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from titan.bench.chaos.scenario import Scenario
-from titan.config.loading import config_from_mapping
+from titan.config.resolution import resolve_settings
 from titan.errors import ConfigError
 
 DEFAULT_STORAGE = "memory://"
@@ -44,10 +43,10 @@ def check_titan_config(
         backend.name: backend.url or f"http://127.0.0.1:{_PLACEHOLDER_PORT}/v1"
         for backend in scenario.backends
     }
-    environ = os.environ if environ is None else environ
     try:
         config = titan_config(scenario, urls, _PLACEHOLDER_PORT)
-        config_from_mapping(config, f"{source}: titan.config", environ)
+        # As its replicas will read it: `titan serve --config` with this process's variables.
+        resolve_settings(document=(config, f"{source}: titan.config"), environ=environ)
     except ConfigError as exc:
         message = "; ".join(exc.message.splitlines())
         raise ConfigError(
