@@ -319,12 +319,14 @@ def load_error_from_mapping(environ: dict[str, str]) -> str:
     return caught.value.message
 
 
-def test_override_config_names_the_flag() -> None:
-    config = TitanConfig()
-    changed = loading.override_config(config, [Override(("server", "port"), 9000, "--port")])
-    assert changed.server.port == 9000 and config.server.port == 8000
+def test_flags_come_last_and_their_problems_name_the_flag() -> None:
+    environ = {"TITAN_SERVER__PORT": "8500"}
+    flag = Override(("server", "port"), 9000, "--port")
+    from_file = loading.layered_config({"server": {"port": 8100}}, "f", environ)
+    assert from_file.config.server.port == 8500
+    assert loading.layered_config(None, "f", environ, [flag]).config.server.port == 9000
     with pytest.raises(ConfigError, match=r"^--port: must be <= 65535, got 70000$"):
-        loading.override_config(config, [Override(("server", "port"), 70000, "--port")])
+        loading.layered_config(None, "f", {}, [Override(("server", "port"), 70000, "--port")])
 
 
 def test_json_files_by_extension_and_by_content(tmp_path: Path) -> None:

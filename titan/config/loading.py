@@ -2,7 +2,8 @@
 problem as ``<file>: <key.path>: <what is wrong>``.
 
 The order, later winning: the file (or the defaults), then ``TITAN_<SECTION>__<KEY>``
-environment variables, then command-line flags (``override_config``). ``${VAR}`` references in
+environment variables, then command-line flags (``layered_config``; commands go through
+``titan.config.resolution.resolve_settings``). ``${VAR}`` references in
 the file are filled from the environment first. The environment is read only when a function
 here is called, never at import.
 """
@@ -34,7 +35,6 @@ __all__ = [
     "describe",
     "layered_config",
     "load_config",
-    "override_config",
     "read_config_file",
 ]
 
@@ -123,16 +123,6 @@ def layered_config(
         skipped_paths=substituted.failed_paths,
     )
     return Layers(config, substituted.data, overrides)
-
-
-def override_config(
-    config: TitanConfig, overrides: Sequence[Override], source: str = "command line"
-) -> TitanConfig:
-    """``config`` with ``overrides`` (flags) applied and validated again; problems name them."""
-    if not overrides:
-        return config
-    merged = apply_overrides(config.model_dump(), overrides)
-    return _validate(merged, source, overrides, hidden_paths=set())
 
 
 def _validate(
