@@ -32,11 +32,18 @@ def chat_prompts(tokenizer) -> dict[str, list[int]]:
     return prompts
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_one_at_a_time_equals_all_at_once_with_chunking_and_preemption(dtype):
+@pytest.mark.parametrize(
+    ("dtype", "quantization"),
+    [("float32", "none"), ("bfloat16", "none"), ("auto", "auto")],
+    ids=["float32", "bfloat16", "gguf-blocks"],
+)
+def test_one_at_a_time_equals_all_at_once_with_chunking_and_preemption(dtype, quantization):
     greedy = SamplingParams(max_tokens=16, temperature=0.0)
-    alone = Engine(EngineConfig(dtype=dtype, enable_prefix_caching=False))
-    if dtype != "float32" and not alone.runner.model.gemms_are_row_invariant():
+    alone = Engine(
+        EngineConfig(dtype=dtype, quantization=quantization, enable_prefix_caching=False)
+    )
+    model = alone.runner.model
+    if dtype == "bfloat16" and not model.gemms_are_row_invariant():  # type: ignore[union-attr]
         pytest.skip(f"this CPU's {dtype} GEMM is not row-invariant (oneDNN AMX): see ARCHITECTURE")
     # Eight prompts of 30 to 200 tokens: enough to chunk and to preempt, cheap to run one by one.
     prompts = dict(list(chat_prompts(alone.tokenizer).items())[:8])
@@ -49,6 +56,8 @@ def test_one_at_a_time_equals_all_at_once_with_chunking_and_preemption(dtype):
     crowded = Engine(
         EngineConfig(
             dtype=dtype,
+            quantization=quantization,
+            num_threads=1,  # the same bits on fewer threads, too
             max_num_batched_tokens=64,  # long prompts are computed in chunks
             num_kv_blocks=total_tokens // 16 // 2,  # half of what all need: forces preemption
             enable_prefix_caching=False,

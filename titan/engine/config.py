@@ -19,6 +19,10 @@ class EngineConfig:
     served_model_name: str | None = None
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    # auto: a GGUF file's own quantized blocks on the CPU kernels (unless a dtype is asked for:
+    # then dense weights in it); none: dense weights in torch; q8_0: every matmul quantized to
+    # Q8_0 on the CPU kernels (HF directories too).
+    quantization: str = "auto"
     block_size: int = 16
     # KV budget: blocks if given, else bytes. The token capacity is logged at start.
     num_kv_blocks: int | None = None
@@ -32,7 +36,8 @@ class EngineConfig:
     # The chunk limit while decoding until the cost model is fitted (its first few dozen steps).
     max_prefill_chunk_while_decoding: int | None = 64
     max_model_len: int | None = None  # caps the model's own context window
-    # torch intra-op threads; None: cores - 1 (the HTTP loop keeps a core, see ARCHITECTURE.md).
+    # Threads of the CPU kernels (and torch's intra-op threads); None: every core for the
+    # quantized kernels, cores - 1 for torch (see ARCHITECTURE.md).
     num_threads: int | None = None
     # Converted GGUF weights and compiled kernels; None: $XDG_CACHE_HOME/titan or ~/.cache/titan.
     cache_dir: str | None = None
@@ -57,6 +62,8 @@ class EngineConfig:
             problems.append(f"kv_cache_bytes must be > 0, got {self.kv_cache_bytes}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
+        if self.quantization not in ("auto", "none", "q8_0"):
+            problems.append(f"quantization must be auto, none or q8_0, got {self.quantization!r}")
         if self.max_decode_slowdown is not None and self.max_decode_slowdown <= 1.0:
             problems.append(f"max_decode_slowdown must be > 1, got {self.max_decode_slowdown}")
         if self.num_threads is not None and self.num_threads < 1:

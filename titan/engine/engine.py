@@ -16,14 +16,14 @@ import torch
 
 from titan.engine.beam_driver import BeamSearchDriver
 from titan.engine.beam_search import BeamSearchParams
+from titan.engine.builder import build_model
 from titan.engine.config import EngineConfig
 from titan.engine.constraints import ConstraintState, GrammarCache, MaskWorker
 from titan.engine.cost_model import StepCostModel, attention_pairs
 from titan.engine.detokenizer import IncrementalDetokenizer
-from titan.engine.device import attention_kernel, resolve_device, resolve_dtype
+from titan.engine.device import resolve_device
 from titan.engine.kv_cache.manager import KVCacheManager
-from titan.engine.model.llama import LlamaForCausalLM
-from titan.engine.model.loader import load_config, load_weights, resolve_model
+from titan.engine.model.loader import load_config, resolve_model
 from titan.engine.outputs import EngineStats, FinishReason, RequestOutput, TokenLogprob, TopLogprob
 from titan.engine.request import Request, RequestStatus, arrival_counter
 from titan.engine.runner import KVCacheSpec, ModelRunner
@@ -60,7 +60,6 @@ class Engine:
         self.model_name = config.served_model_name or source.name
         model_config = load_config(source.hf_dir)
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
         self.max_model_len = min(
             config.max_model_len or model_config.max_position_embeddings,
             model_config.max_position_embeddings,
@@ -75,9 +74,8 @@ class Engine:
             self.tokenizer.eos_token_ids,
         )
         self._mask_worker = MaskWorker(self.grammars)
-        model = LlamaForCausalLM(
-            model_config, load_weights(source.hf_dir), self.device, self.dtype, self.max_model_len
-        )
+        self.built = build_model(config, source, model_config, self.device, self.max_model_len)
+        self.dtype = self.built.kv_dtype
         spec = KVCacheSpec(
             num_layers=model_config.num_hidden_layers,
             num_kv_heads=model_config.num_key_value_heads,
@@ -96,18 +94,7 @@ class Engine:
                 num_blocks * config.block_size,
             )
             self.max_model_len = num_blocks * config.block_size
-        self.runner = ModelRunner(
-            model,
-            spec,
-            num_blocks,
-            attention_kernel(
-                config,
-                model_config,
-                self.device,
-                self.dtype,
-                config.resolved_cache_dir() / "kernels",
-            ),
-        )
+        self.runner = ModelRunner(self.built.model, spec, num_blocks, self.built.attention)
         self.kv = KVCacheManager(
             num_blocks, config.block_size, enable_caching=config.enable_prefix_caching
         )
@@ -129,13 +116,11 @@ class Engine:
         self._arrivals = arrival_counter()
         self._stats = EngineStats(block_size=config.block_size)
         log.info(
-            "engine ready: model=%s params=%.1fM device=%s dtype=%s threads=%d "
+            "engine ready: model=%s params=%.1fM running %s; "
             "kv_cache=%d blocks x %d tokens = %d tokens (%.0f MiB) max_model_len=%d in %.1fs",
             self.model_name,
-            model.num_parameters / 1e6,
-            self.device,
-            str(self.dtype).removeprefix("torch."),
-            torch.get_num_threads(),
+            self.built.model.num_parameters / 1e6,
+            self.built.description,
             num_blocks,
             config.block_size,
             num_blocks * config.block_size,
@@ -304,6 +289,7 @@ class Engine:
 
     def close(self) -> None:
         self._mask_worker.close()
+        self.built.close()
 
     def _closing_token(self, request: Request, constraint: ConstraintState) -> int | None:
         remaining = request.params.max_tokens - request.num_output_tokens

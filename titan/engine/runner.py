@@ -16,6 +16,7 @@ from titan.engine.model.attention import (
     kv_cache_shapes,
 )
 from titan.engine.model.llama import LlamaForCausalLM
+from titan.engine.model.quantized import QuantizedLlama
 from titan.engine.sampler import SampledToken, SamplingRow, sample
 from titan.engine.scheduler import ScheduledRequest
 
@@ -43,7 +44,7 @@ class KVCacheSpec:
 class ModelRunner:
     def __init__(
         self,
-        model: LlamaForCausalLM,
+        model: LlamaForCausalLM | QuantizedLlama,
         spec: KVCacheSpec,
         num_blocks: int,
         attention_kernel: PagedAttentionKernel | None = None,
@@ -64,6 +65,8 @@ class ModelRunner:
             )
             for _ in range(spec.num_layers)
         ]
+        if isinstance(model, QuantizedLlama):
+            model.bind_cache(self.kv_caches)
 
     @torch.inference_mode()
     def execute(
@@ -90,7 +93,36 @@ class ModelRunner:
             size = self.block_size
             slots.extend(block_ids[p // size] * size + p % size for p in range(item.start, end))
             last_index[request.request_id] = len(input_ids) - 1
+        sampling_ids = [
+            item.request.request_id for item in ordered if item.request.request_id in rows
+        ]
+        logit_rows = [last_index[r] for r in sampling_ids]
+        if isinstance(self.model, QuantizedLlama):  # the whole step in one call to the kernels
+            logits = self.model.step(
+                input_ids,
+                positions,
+                slots,
+                self._block_tables(ordered),
+                self._query_starts(ordered),
+                [item.start for item in ordered],
+                logit_rows,
+            )
+        else:
+            logits = self._torch_logits(decodes, prefills, input_ids, positions, slots, logit_rows)
+        if not sampling_ids:
+            return {}
+        sampled = sample(logits, [rows[r] for r in sampling_ids])
+        return dict(zip(sampling_ids, sampled, strict=True))
 
+    def _torch_logits(
+        self,
+        decodes: list[ScheduledRequest],
+        prefills: list[ScheduledRequest],
+        input_ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        logit_rows: list[int],
+    ) -> torch.Tensor:
         device = self.device
         slot_mapping = torch.tensor(slots, dtype=torch.long, device=device)
         meta = AttentionMetadata(
@@ -99,39 +131,40 @@ class ModelRunner:
             slot_offsets=slot_mapping % self.block_size,
         )
         if self.attention_kernel is not None:
-            meta.kernel_batch = self._kernel_batch(ordered)
+            meta.kernel_batch = self._kernel_batch(decodes + prefills)
         else:
             meta.decode_groups = self._decode_groups(decodes)
             meta.prefills = self._prefill_chunks(prefills, first_token=len(decodes))
-        hidden = self.model.forward(
+        hidden = self.model.forward(  # type: ignore[union-attr]
             torch.tensor(input_ids, dtype=torch.long, device=device),
             torch.tensor(positions, dtype=torch.long, device=device),
             meta,
             self.kv_caches,
         )
-        sampling_ids = [
-            item.request.request_id for item in ordered if item.request.request_id in rows
-        ]
-        if not sampling_ids:
-            return {}
-        index = torch.tensor([last_index[r] for r in sampling_ids], dtype=torch.long, device=device)
-        logits = self.model.compute_logits(hidden.index_select(0, index)).cpu()
-        sampled = sample(logits, [rows[r] for r in sampling_ids])
-        return dict(zip(sampling_ids, sampled, strict=True))
+        index = torch.tensor(logit_rows, dtype=torch.long, device=device)
+        return self.model.compute_logits(hidden.index_select(0, index)).cpu()  # type: ignore[union-attr]
 
-    def _kernel_batch(self, ordered: list[ScheduledRequest]) -> KernelBatch:
-        tables = [
+    def _block_tables(self, ordered: list[ScheduledRequest]) -> list[list[int]]:
+        """Each sequence's blocks up to the end of this step's tokens."""
+        return [
             item.request.block_ids[: -(-(item.start + item.num_new_tokens) // self.block_size)]
             for item in ordered
         ]
-        width = max(len(t) for t in tables)
-        query_starts = [0]
+
+    @staticmethod
+    def _query_starts(ordered: list[ScheduledRequest]) -> list[int]:
+        starts = [0]
         for item in ordered:
-            query_starts.append(query_starts[-1] + item.num_new_tokens)
+            starts.append(starts[-1] + item.num_new_tokens)
+        return starts
+
+    def _kernel_batch(self, ordered: list[ScheduledRequest]) -> KernelBatch:
+        tables = self._block_tables(ordered)
+        width = max(len(t) for t in tables)
         return KernelBatch(
             kernel=self.attention_kernel,
             block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
-            query_starts=torch.tensor(query_starts),
+            query_starts=torch.tensor(self._query_starts(ordered)),
             first_positions=torch.tensor([item.start for item in ordered]),
         )
 

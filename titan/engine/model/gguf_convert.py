@@ -3,6 +3,11 @@
 Parsing a GGUF header and dequantizing takes seconds; the cached directory (config.json,
 model.safetensors in float32, tokenizer.json, tokenizer_config.json) loads in about one. The same
 directory format is what ``titan --model DIR`` serves, so there is one loading path.
+
+The file's own quantized blocks are kept too, in ``quantized/blocks.safetensors`` (each matrix as
+uint8 ``[rows, cols / 32, block bytes]``, its format in the metadata, Q and K rows unpermuted like
+the floats): the CPU kernels run them as they are. Matrices in other GGUF formats (F16, K-quants)
+are stored there as Q8_0, quantized from their float values.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from titan.engine.kernels import packing
 from titan.engine.model.gguf_tokenizer import tokenizer_from_gguf
 from titan.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"  # 2: quantized/blocks.safetensors
 SUPPORTED_GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
 _LAYER_NAMES = {
@@ -96,6 +102,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         )
     config = _hf_config(metadata, arch)
     tensors: dict[str, np.ndarray] = {}
+    blocks: dict[str, np.ndarray] = {}
+    formats: dict[str, str] = {}
     for tensor in reader.tensors:
         name = _hf_name(tensor.name)
         if name is None:
@@ -103,13 +111,20 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         weights = np.ascontiguousarray(dequantize(tensor.data, tensor.tensor_type), np.float32)
         # llama.cpp stores Q and K rows permuted for its interleaved RoPE; undo it for HF's
         # rotate-half layout.
+        order = None
         if name.endswith("q_proj.weight"):
-            weights = _unpermute(weights, config["num_attention_heads"])
+            order = _unpermuted_rows(weights.shape[0], config["num_attention_heads"])
         elif name.endswith("k_proj.weight"):
-            weights = _unpermute(weights, config["num_key_value_heads"])
-        tensors[name] = weights
+            order = _unpermuted_rows(weights.shape[0], config["num_key_value_heads"])
+        tensors[name] = weights if order is None else weights[order]
+        if weights.ndim == 2 and weights.shape[1] % packing.QK == 0:
+            fmt, raw = _blocks(tensor, weights)
+            blocks[name] = raw if order is None else raw[order]
+            formats[name] = packing.FORMAT_NAMES[fmt]
     config["tie_word_embeddings"] = "lm_head.weight" not in tensors
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "quantized").mkdir()
+    save_file(blocks, str(out_dir / "quantized" / "blocks.safetensors"), metadata=formats)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))
     tokenizer_from_gguf(metadata).save(str(out_dir / "tokenizer.json"))
     (out_dir / "tokenizer_config.json").write_text(
@@ -130,14 +145,23 @@ def _hf_name(gguf_name: str) -> str | None:
     raise ModelLoadError(f"unexpected tensor {gguf_name!r} in the GGUF file")
 
 
-def _unpermute(weights: np.ndarray, num_heads: int) -> np.ndarray:
-    rows = weights.shape[0]
+def _unpermuted_rows(rows: int, num_heads: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's Q/K permutation (rows move whole, so quantized
+    blocks follow the same order as the floats)."""
     half = rows // num_heads // 2
-    return (
-        weights.reshape(num_heads, half, 2, *weights.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weights.shape)
-    )
+    return np.arange(rows).reshape(num_heads, half, 2).swapaxes(1, 2).reshape(rows)
+
+
+def _blocks(tensor: Any, weights: np.ndarray) -> tuple[int, np.ndarray]:
+    """A matrix's GGUF blocks when the CPU kernels run its format, else Q8_0 from its floats."""
+    from gguf import GGMLQuantizationType
+
+    rows, cols = weights.shape
+    native = {GGMLQuantizationType.Q4_1: packing.Q4_1, GGMLQuantizationType.Q8_0: packing.Q8_0}
+    fmt = native.get(tensor.tensor_type)
+    if fmt is None:
+        return packing.Q8_0, packing.quantize_q8_0(weights)
+    return fmt, packing.gguf_blocks(np.asarray(tensor.data), fmt, rows, cols)
 
 
 def _hf_config(metadata: dict[str, Any], arch: str) -> dict[str, Any]:

@@ -1,0 +1,139 @@
+"""The compiled CPU kernels seen from Python (ctypes, which releases the GIL for each call): the
+thread pool, quantized GEMMs, paged attention and the quantized model's forward step.
+
+The ctypes structures mirror cpu.h and forward.c field for field.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from titan.engine.kernels.packing import PackedWeight
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+
+
+class QWeight(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int32), ("rows", _I64), ("cols", _I64), ("data", _P),
+                ("bias", _P)]  # fmt: skip
+
+
+class QActs(ctypes.Structure):
+    _fields_ = [("qs", _P), ("d", _P), ("s", _P), ("cols", _I64)]
+
+
+class AttentionArgs(ctypes.Structure):
+    _fields_ = [
+        ("q", _P), ("k_cache", _P), ("v_cache", _P), ("block_tables", _P),
+        ("query_starts", _P), ("first_positions", _P), ("out", _P),
+        ("num_seqs", _I64), ("num_heads", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
+        ("block_size", _I64), ("max_blocks", _I64), ("q_stride", _I64), ("out_stride", _I64),
+        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
+    ]  # fmt: skip
+
+
+class LayerWeights(ctypes.Structure):
+    _fields_ = [
+        ("input_norm", _P), ("qkv", QWeight), ("o_proj", QWeight), ("post_norm", _P),
+        ("gate_up", QWeight), ("down", QWeight), ("k_cache", _P), ("v_cache", _P),
+    ]  # fmt: skip
+
+
+class Model(ctypes.Structure):
+    _fields_ = [
+        ("hidden", _I64), ("intermediate", _I64), ("num_layers", _I64), ("num_heads", _I64),
+        ("num_kv_heads", _I64), ("head_dim", _I64), ("block_size", _I64), ("vocab", _I64),
+        ("eps", ctypes.c_float), ("layers", _P), ("final_norm", _P), ("lm_head", QWeight),
+        ("embedding", QWeight), ("rope_cos", _P), ("rope_sin", _P),
+    ]  # fmt: skip
+
+
+class Step(ctypes.Structure):
+    _fields_ = [
+        ("num_tokens", _I64), ("token_ids", _P), ("positions", _P), ("slot_mapping", _P),
+        ("num_seqs", _I64), ("max_blocks", _I64), ("block_tables", _P), ("query_starts", _P),
+        ("first_positions", _P), ("num_logits", _I64), ("logit_rows", _P), ("logits", _P),
+    ]  # fmt: skip
+
+
+ATTENTION_F32 = 0
+ATTENTION_BF16 = 1
+
+
+def pointer(array: np.ndarray | None) -> int | None:
+    return None if array is None else array.ctypes.data
+
+
+def qweight(packed: PackedWeight, bias: np.ndarray | None = None) -> QWeight:
+    """The C view of a packed weight; the caller keeps ``packed`` (and ``bias``) alive."""
+    return QWeight(packed.format, packed.rows, packed.cols, pointer(packed.data), pointer(bias))
+
+
+class CpuKernels:
+    """One loaded library and its thread pool of ``num_threads`` (the caller included)."""
+
+    def __init__(self, library: Path, num_threads: int):
+        self._lib = lib = ctypes.CDLL(str(library))
+        lib.pool_create.argtypes, lib.pool_create.restype = [ctypes.c_int], _P
+        lib.pool_destroy.argtypes, lib.pool_destroy.restype = [_P], None
+        lib.qgemm_isa.argtypes, lib.qgemm_isa.restype = [], ctypes.c_char_p
+        lib.qgemm.argtypes = [_P, ctypes.POINTER(QActs), _I64, ctypes.POINTER(QWeight), _P, _I64,
+                              ctypes.c_int]  # fmt: skip
+        lib.qgemm.restype = None
+        lib.quantize_row.argtypes = [_P, _I64, _P, _P, _P]
+        lib.quantize_row.restype = None
+        lib.attention.argtypes = [_P, ctypes.POINTER(AttentionArgs)]
+        lib.attention.restype = ctypes.c_int
+        lib.titan_forward.argtypes = [_P, ctypes.POINTER(Model), ctypes.POINTER(Step)]
+        lib.titan_forward.restype = ctypes.c_int
+        self.num_threads = num_threads
+        self._pool = lib.pool_create(num_threads)
+        if not self._pool:
+            raise MemoryError("the CPU kernels could not create their thread pool")
+
+    @property
+    def isa(self) -> str:
+        """The instruction set the GEMMs were compiled for: avx512-vnni, avx2, neon-dotprod or
+        portable."""
+        return self._lib.qgemm_isa().decode()
+
+    def quantize(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of float32 ``x`` as int8 blocks: (values, scales d, d * sums s)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        rows, cols = x.shape
+        qs = np.empty((rows, cols), dtype=np.int8)
+        d = np.empty((rows, cols // 32), dtype=np.float32)
+        s = np.empty_like(d)
+        for r in range(rows):
+            self._lib.quantize_row(
+                x[r].ctypes.data, cols, qs[r].ctypes.data, d[r].ctypes.data, s[r].ctypes.data
+            )
+        return qs, d, s
+
+    def qgemm(self, x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None = None):
+        """float32 ``x @ weight.T (+ bias)``, x quantized per block of 32 first."""
+        qs, d, s = self.quantize(x)
+        out = np.empty((x.shape[0], weight.rows), dtype=np.float32)
+        acts = QActs(pointer(qs), pointer(d), pointer(s), x.shape[1])
+        view = qweight(weight, bias)
+        self._lib.qgemm(self._pool, acts, x.shape[0], view, pointer(out), weight.rows, 0)
+        return out
+
+    def attention(self, args: AttentionArgs) -> None:
+        status = self._lib.attention(self._pool, ctypes.byref(args))
+        if status != 0:
+            raise RuntimeError(f"the paged attention kernel failed ({status})")
+
+    def forward(self, model: Model, step: Step) -> None:
+        status = self._lib.titan_forward(self._pool, ctypes.byref(model), ctypes.byref(step))
+        if status != 0:
+            raise RuntimeError(f"the quantized forward step failed ({status})")
+
+    def close(self) -> None:
+        if self._pool:
+            self._lib.pool_destroy(self._pool)
+            self._pool = None
