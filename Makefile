@@ -34,7 +34,15 @@ $(CHROMIUM):
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation
 
-test: install $(CHROMIUM)
+# The CPU kernels' ARM paths are built with the aarch64 cross compiler and run under qemu-user
+# (tests/engine/test_cpu_kernels_paths.py); installed once, like Chromium.
+QEMU_AARCH64 := /usr/bin/qemu-aarch64
+$(QEMU_AARCH64):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user \
+	    gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+
+test: install $(CHROMIUM) $(QEMU_AARCH64)
 	$(BIN)/ruff check titan tests
 	$(BIN)/python -m pytest
 

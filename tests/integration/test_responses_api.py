@@ -71,7 +71,7 @@ def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float):
         "context": {"trim_headroom": headroom},
     }
     with running_titan(config) as titan, sdk(titan) as client:
-        previous, dropped = None, []
+        previous, dropped, cached = None, [], []
         for turn in range(25):
             response = client.responses.with_raw_response.create(
                 input=f"Turn {turn}: tell me one short fact about the number {turn}.",
@@ -86,8 +86,12 @@ def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float):
             context = response.http_response.json()["context"]
             assert parsed.usage.input_tokens == context["prompt_tokens_counted"]
             dropped.append(context["dropped_turns"])
+            cached.append(parsed.usage.input_tokens_details.cached_tokens)
             previous = parsed.id
         assert dropped[0] == 0 and dropped[-1] > 0
+        # While trimming keeps the prefix, the turns before come from the engine's prefix cache.
+        kept = [t for t in range(1, 25) if dropped[t] == dropped[t - 1]]
+        assert kept and all(cached[t] >= 16 for t in kept), list(zip(dropped, cached, strict=True))
         assert dropped == sorted(dropped)
         trims = sum(after != before for before, after in itertools.pairwise(dropped))
         trimmed_turns = sum(d > 0 for d in dropped)

@@ -58,10 +58,16 @@ class ModelRunner:
         k_shape, v_shape = kv_cache_shapes(
             num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim
         )
+        # The C kernels read no cache slot before it is written (scores past a sequence's length
+        # are replaced before the softmax, values past it never summed): their cache is left
+        # unwritten, so memory is only resident once used. Torch's SDPA multiplies masked
+        # positions' values by zero, so its cache must hold no NaN: zeros.
+        uses_kernels = attention_kernel is not None or isinstance(model, QuantizedLlama)
+        allocate = torch.empty if uses_kernels else torch.zeros
         self.kv_caches = [
             (
-                torch.zeros(k_shape, dtype=spec.dtype, device=self.device),
-                torch.zeros(v_shape, dtype=spec.dtype, device=self.device),
+                allocate(k_shape, dtype=spec.dtype, device=self.device),
+                allocate(v_shape, dtype=spec.dtype, device=self.device),
             )
             for _ in range(spec.num_layers)
         ]

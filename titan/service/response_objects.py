@@ -93,6 +93,9 @@ def response_object(
 ) -> dict[str, Any]:
     prompt = int((usage or {}).get("prompt_tokens", trimmed.num_prompt_tokens))
     completion = int((usage or {}).get("completion_tokens", 0))
+    # The prompt tokens an engine's prefix cache served (the turns before this one, mostly).
+    details = (usage or {}).get("prompt_tokens_details") or {}
+    cached = int(details.get("cached_tokens") or 0)
     # Cut by the output budget, or by a guardrail (OpenAI's two incomplete reasons).
     cut_reason = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(
         finish_reason or ""
@@ -130,7 +133,7 @@ def response_object(
         "text": {"format": {"type": "text"}},
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + completion,

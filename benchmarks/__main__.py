@@ -1,0 +1,42 @@
+"""``python -m benchmarks NAME [--quick] [--output bench/RESULTS.md]``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+
+from titan.bench.results_file import json_path_for, write_section
+
+BENCHMARKS = ("llamacpp",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("name", choices=BENCHMARKS)
+    parser.add_argument("--quick", action="store_true", help="a small, fast smoke run")
+    parser.add_argument("--output", type=Path, default=Path("bench/RESULTS.md"))
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "benchmarks", *(argv or sys.argv[1:])])
+    from benchmarks import llamacpp, llamacpp_report
+
+    settings = llamacpp.Settings.quick() if args.quick else llamacpp.Settings()
+    with tempfile.TemporaryDirectory(prefix="titan-bench-") as work:
+        results = llamacpp.run(settings, Path(work), say=lambda text: print(text, flush=True))
+    out_dir = args.output.parent / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = json_path_for(out_dir, llamacpp_report.BENCHMARK)
+    json_path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    section = llamacpp_report.render_markdown(results, command, json_path.name)
+    print(section)
+    if not args.quick:
+        write_section(args.output, section, llamacpp_report.BENCHMARK)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""llama.cpp's ``llama-server``, the baseline a local-model user runs instead (Ollama and LM Studio
+wrap it), built in the benchmark's own environment from the llama.cpp sources inside the
+llama-cpp-python sdist from the package registry, once, and cached.
+
+Building takes about 15 minutes on 2 cores. Nothing of it goes into Titan's install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from titan.bench.processes import Service, free_port, start
+
+LLAMA_CPP_PYTHON = "0.3.36"
+START_TIMEOUT_S = 120.0
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "titan-bench" / f"llama.cpp-{LLAMA_CPP_PYTHON}"
+
+
+def llama_server_binary(log: object = print) -> Path:
+    """The cached binary, built first when missing (``-DGGML_NATIVE=ON``: for this CPU)."""
+    root = cache_root()
+    binary = root / "build" / "bin" / "llama-server"
+    if binary.exists():
+        return binary
+    say = log if callable(log) else print
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as download:
+        say(f"building llama-server from llama-cpp-python=={LLAMA_CPP_PYTHON}'s sources (~15 min)")
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
+             f"llama-cpp-python=={LLAMA_CPP_PYTHON}", "-d", download],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        (sdist,) = Path(download).glob("llama_cpp_python-*.tar.gz")
+        with tarfile.open(sdist) as archive:
+            archive.extractall(download, filter="data")
+        sources = next(Path(download).glob("llama_cpp_python-*/vendor/llama.cpp"))
+        if (root / "src").exists():
+            shutil.rmtree(root / "src")
+        shutil.copytree(sources, root / "src")
+    build = root / "build"
+    subprocess.run(
+        ["cmake", "-S", str(root / "src"), "-B", str(build), "-DGGML_NATIVE=ON",
+         "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        ["cmake", "--build", str(build), "--target", "llama-server",
+         "-j", str(os.cpu_count() or 1)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return binary
+
+
+def llama_server_version(binary: Path) -> str:
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return next((line for line in lines if line.startswith("version")), "unknown")
+
+
+def start_llama_server(
+    binary: Path, gguf: Path, log_dir: Path, *, num_slots: int, context: int, threads: int
+) -> Service:
+    """``llama-server -m GGUF -np N -cb -t THREADS -c CONTEXT -kvu``: N slots of continuous
+    batching sharing one KV pool (so one long conversation may use all of it)."""
+    port = free_port()
+    argv = [
+        str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        "-np", str(num_slots), "-cb", "-t", str(threads), "-c", str(context), "-kvu",
+        "--no-webui",
+    ]  # fmt: skip
+    return start(
+        "llama-server", argv, f"http://127.0.0.1:{port}", log_dir,
+        ready_path="/health", timeout_s=START_TIMEOUT_S,
+    )  # fmt: skip

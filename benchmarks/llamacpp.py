@@ -1,0 +1,237 @@
+"""Titan's embedded engine against llama.cpp's ``llama-server`` on this CPU, side by side in one
+run: both serve the same GGUF file, both are reached over their OpenAI-compatible HTTP APIs by
+the same client (benchmarks/llamacpp_load.py), one at a time.
+
+Phases, for each server: one stream of 256 tokens (decode speed), the engine benchmark's 32
+requests arriving at once (aggregate tokens/s, TTFT, peak memory), one prompt of ~4,700 tokens
+(time to first token), and a 20-turn conversation adding ~650 tokens a turn (Titan through
+/v1/responses at its default window and at --max-model-len 2048; llama-server through
+/v1/chat/completions with the whole history, as its clients send it).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.llama_server import (
+    LLAMA_CPP_PYTHON,
+    llama_server_binary,
+    llama_server_version,
+    start_llama_server,
+)
+from benchmarks.llamacpp_load import (
+    Server,
+    chat_conversation,
+    conversation_turns,
+    decode_rate,
+    median,
+    peak_rss_mib,
+    run_at_once,
+    run_one,
+    titan_conversation,
+)
+from titan.bench.processes import Service, Services, free_port, stop, titan_argv
+from titan.bench.report import machine_info, package_versions
+from titan.bench.workload import BenchRequest, build_workload, chat_prompt
+
+TITAN_START_TIMEOUT_S = 300.0
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+             "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimddp", "sve")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int = 0
+    num_at_once: int = 32
+    prompt_tokens: tuple[int, int] = (32, 1024)
+    max_tokens: tuple[int, int] = (16, 256)
+    single_prompt_tokens: int = 128
+    single_new_tokens: int = 256
+    single_repeats: int = 3
+    long_prompt_tokens: int = 4700
+    long_repeats: int = 2
+    num_turns: int = 20
+    turn_tokens: int = 650
+    turn_output_tokens: int = 32
+    small_window: int = 2048
+    llama_context: int = 65536  # shared by llama-server's 32 slots (-kvu)
+
+    @classmethod
+    def quick(cls) -> Settings:
+        return cls(num_at_once=8, prompt_tokens=(32, 256), max_tokens=(8, 32),
+                   single_new_tokens=32, single_repeats=1, long_prompt_tokens=1200,
+                   long_repeats=1, num_turns=4, turn_tokens=200, turn_output_tokens=8,
+                   small_window=1024, llama_context=16384)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Workloads:
+    """What every server gets; the single streams, long prompts and conversations are drawn
+    anew for each server (``for_server``), from the same distributions."""
+
+    at_once: list[BenchRequest]
+    singles: list[BenchRequest]
+    longs: list[BenchRequest]
+    turns: list[list[str]]
+
+    def for_server(self, index: int, settings: Settings) -> Workloads:
+        per_single, per_long = settings.single_repeats + 1, settings.long_repeats
+        return Workloads(
+            self.at_once,
+            self.singles[index * per_single : (index + 1) * per_single],
+            self.longs[index * per_long : (index + 1) * per_long],
+            [self.turns[index]],
+        )
+
+
+def build_workloads(settings: Settings) -> Workloads:
+    from titan.engine.config import EngineConfig
+    from titan.engine.model.loader import load_config, resolve_model
+    from titan.engine.tokenizer import Tokenizer
+
+    source = resolve_model(None, EngineConfig().resolved_cache_dir() / "models")
+    config = load_config(source.hf_dir)
+    tokenizer = Tokenizer(source.hf_dir, config.eos_token_ids, config.bos_token_id)
+    at_once = build_workload(
+        tokenizer, settings.num_at_once, settings.seed, settings.prompt_tokens,
+        settings.max_tokens,
+    )  # fmt: skip
+    rng = random.Random(settings.seed + 1)
+    # A new prompt per repeat and per server: no answer may come from a cache (Titan's response
+    # cache keeps greedy answers; both servers keep prompt prefixes).
+    singles = [
+        BenchRequest(f"single-{i}", chat_prompt(tokenizer, settings.single_prompt_tokens, rng),
+                     settings.single_new_tokens)
+        for i in range(3 * (settings.single_repeats + 1))
+    ]  # fmt: skip
+    longs = [
+        BenchRequest(f"long-{i}", chat_prompt(tokenizer, settings.long_prompt_tokens, rng), 4)
+        for i in range(3 * settings.long_repeats)
+    ]
+    turns = [
+        conversation_turns(settings.seed + i, settings.num_turns, settings.turn_tokens)
+        for i in range(3)
+    ]
+    return Workloads(at_once, singles, longs, turns)
+
+
+def measure(server: Server, work: Workloads, settings: Settings, say: Any) -> dict[str, Any]:
+    say(f"{server.name}: warm-up, then one stream of {settings.single_new_tokens} tokens")
+    run_one(server, replace(work.singles[0], max_tokens=8))
+    singles = [run_one(server, request) for request in work.singles[1:]]
+    say(f"{server.name}: {len(work.at_once)} requests at once")
+    at_once = run_at_once(server, work.at_once)
+    rss = peak_rss_mib(server.pid)
+    say(f"{server.name}: prompts of {settings.long_prompt_tokens} tokens")
+    longs = [run_one(server, request) for request in work.longs]
+    return {
+        "single_decode_tokens_per_s": median([decode_rate(s) for s in singles]),
+        "single_ttft_s": median([s.ttft_s or 0.0 for s in singles]),
+        "at_once": at_once,
+        "peak_rss_mib": rss,
+        "long_ttft_s": median([s.ttft_s or 0.0 for s in longs]),
+        "long_prompt_tokens": settings.long_prompt_tokens,
+    }
+
+
+def conversation_summary(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """First and last answered turns' TTFT; ``refused``: why a later turn got no answer."""
+    answered = [turn for turn in turns if "ttft_s" in turn]
+    first, last = answered[0]["ttft_s"], answered[-1]["ttft_s"]
+    refused = next((turn["refused"] for turn in turns if "refused" in turn), None)
+    return {"turns": answered, "first_ttft_s": first, "last_ttft_s": last, "ratio": last / first,
+            "num_answered": len(answered), "refused": refused}  # fmt: skip
+
+
+def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
+    work = build_workloads(settings)
+    binary = llama_server_binary(say)
+    gguf = _default_gguf()
+    threads = os.cpu_count() or 1
+    results: dict[str, Any] = {"settings": asdict(settings), "systems": {}, "commands": {}}
+    environment = _titan_environment(work_dir)
+    with Services() as services:
+        windows = (("titan", []), ("titan-2048", ["--max-model-len", str(settings.small_window)]))
+        for index, (name, extra) in enumerate(windows):
+            titan = _start_titan(services, name, extra, environment, work_dir)
+            results["commands"][name] = titan.command
+            server = Server(name, titan.base_url, "SmolLM2-135M-Instruct", titan.pid)
+            own = work.for_server(index, settings)
+            if name == "titan":
+                results["systems"][name] = measure(server, own, settings, say)
+            say(f"{name}: a {settings.num_turns}-turn conversation through /v1/responses")
+            turns = titan_conversation(server, own.turns[0], settings.turn_output_tokens)
+            results["systems"].setdefault(name, {})["conversation"] = conversation_summary(turns)
+            stop(titan)
+        llama = start_llama_server(
+            binary, gguf, work_dir, num_slots=settings.num_at_once,
+            context=settings.llama_context, threads=threads,
+        )  # fmt: skip
+        results["commands"]["llama-server"] = llama.command
+        server = Server("llama-server", llama.base_url, "smollm2", llama.pid)
+        own = work.for_server(2, settings)
+        results["systems"]["llama-server"] = measure(server, own, settings, say)
+        say(f"llama-server: a {settings.num_turns}-turn conversation through /v1/chat/completions")
+        turns = chat_conversation(server, own.turns[0], settings.turn_output_tokens)
+        results["systems"]["llama-server"]["conversation"] = conversation_summary(turns)
+    results["machine"] = machine_info(load_before) | {"cpu_flags": cpu_flags()}
+    results["versions"] = package_versions("torch", "titan") | {
+        "llama-server": llama_server_version(binary),
+        "llama-cpp-python sdist": LLAMA_CPP_PYTHON,
+    }
+    results["kernel"] = _titan_kernel_line(work_dir)
+    results["finished_at"] = time.time()
+    return results
+
+
+def cpu_flags() -> list[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((row for row in text.splitlines() if row.startswith(("flags", "Features"))), "")
+    present = set(line.split(":", 1)[-1].split())
+    return [flag for flag in CPU_FLAGS if flag in present]
+
+
+def _default_gguf() -> Path:
+    from titan.engine.model.loader import default_gguf_path
+
+    return default_gguf_path()
+
+
+def _titan_environment(work_dir: Path) -> dict[str, str]:
+    """``titan serve`` with every default: a home of its own (the default SQLite storage, no
+    keys), the converted model and the compiled kernels from the usual cache."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    home = work_dir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "XDG_CACHE_HOME": cache}
+
+
+def _start_titan(
+    services: Services, name: str, extra: list[str], environment: dict[str, str], work_dir: Path
+) -> Service:
+    port = free_port()
+    unset = tuple(key for key in os.environ if key.startswith("TITAN_"))
+    return services.start(
+        name, titan_argv("serve", "--port", str(port), *extra), f"http://127.0.0.1:{port}",
+        work_dir, ready_path="/ready", timeout_s=TITAN_START_TIMEOUT_S, env=environment,
+        unset_env=unset, env_shown={},
+    )  # fmt: skip
+
+
+def _titan_kernel_line(work_dir: Path) -> str:
+    """What the engine logged it runs (weights, kernels, threads), from the first server's log."""
+    log = work_dir / "titan.log"
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if "engine ready" in line:
+            start = line.find("running ")
+            return line[start + len("running ") : line.find(";", start)] if start >= 0 else line
+    return "unknown"

