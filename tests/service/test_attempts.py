@@ -10,6 +10,7 @@ import pytest
 
 from tests.service.scripted import ScriptedBackend, fail, hang, ok
 from titan.config import BreakerConfig, HedgeConfig, RetryConfig, RoutingConfig, Timeouts
+from titan.config.gateway import EmbeddedTimeouts
 from titan.errors import (
     DeadlineExceededError,
     NoHealthyDeploymentError,
@@ -138,6 +139,20 @@ async def test_first_byte_timeout_is_retried_elsewhere():
     result = await attempt_runner.complete(request(), model, TRAITS, None)
     assert result.deployment == "fast"
     assert slow.cancelled == 1  # the timed-out attempt was cancelled, not left running
+
+
+async def test_without_a_first_byte_limit_a_slow_first_byte_is_waited_for_up_to_total_s():
+    """An embedded engine's default: a request it is still prefilling is never cut early."""
+    prefilling = ScriptedBackend("embedded-0", [ok(delay_s=0.2)])
+    model = routed("m", [prefilling], timeouts=EmbeddedTimeouts(total_s=5.0))
+    assert model.deployments[0].timeouts.first_byte_s is None
+    attempt_runner, _, _ = runner([model])
+    result = await attempt_runner.complete(request(), model, TRAITS, None)
+    assert result.deployment == "embedded-0" and prefilling.cancelled == 0
+    stuck = ScriptedBackend("embedded-1", [hang()])  # then answers, when retried
+    bounded = routed("m", [stuck], timeouts=EmbeddedTimeouts(total_s=0.05))
+    result = await runner([bounded])[0].complete(request(), bounded, TRAITS, None)
+    assert stuck.cancelled == 1 and result.num_attempts == 2  # total_s still cut the hang
 
 
 async def test_hedge_after_the_live_p95_wins_and_the_loser_is_cancelled():

@@ -35,7 +35,8 @@ from titan.config.simulation import SimulationProfile
 class Timeouts(Settings):
     connect_s: float = Field(5.0, gt=0)
     # No first byte (first chunk, or the whole answer) within this: the attempt is retried.
-    first_byte_s: float = Field(60.0, gt=0)
+    # None: no such limit (total_s still bounds the request).
+    first_byte_s: float | None = Field(60.0, gt=0)
     # A started stream that goes quiet this long is cut (the stall watchdog).
     stall_s: float = Field(30.0, gt=0)
     total_s: float = Field(600.0, gt=0)
@@ -52,9 +53,17 @@ class _Deployment(Settings):
     pool: Literal["shared", "interactive", "batch"] = "shared"
 
 
+class EmbeddedTimeouts(Timeouts):
+    # The engine runs in this process and fails loudly, never silently: a request it is still
+    # prefilling (a long prompt on a slow CPU) is making progress and must not be cut by a
+    # first-byte timer meant for remote servers that hang.
+    first_byte_s: float | None = Field(None, gt=0)
+
+
 class EmbeddedDeployment(_Deployment):
     backend: Literal["embedded"] = "embedded"
     engine: EmbeddedModelConfig = EmbeddedModelConfig()
+    timeouts: EmbeddedTimeouts = EmbeddedTimeouts()
 
 
 class OpenAIDeployment(_Deployment):

@@ -18,7 +18,6 @@ from titan.config.gateway import (
     RetryConfig,
     RoutingConfig,
     TierRule,
-    Timeouts,
     TitanConfig,
 )
 from titan.config.guardrails import GuardrailsConfig
@@ -103,10 +102,11 @@ def _deployment(deployment: Deployment) -> str:
     parts.append(f"weight {deployment.weight:g}")
     if deployment.max_concurrency is not None:
         parts.append(f"max concurrency {deployment.max_concurrency}")
-    if deployment.timeouts != Timeouts():
-        timeouts = deployment.timeouts
+    timeouts = deployment.timeouts
+    if timeouts != type(timeouts)():  # not the backend's defaults
+        first_byte = "none" if timeouts.first_byte_s is None else f"{timeouts.first_byte_s:g}s"
         parts.append(
-            f"timeouts connect {timeouts.connect_s:g}s, first byte {timeouts.first_byte_s:g}s, "
+            f"timeouts connect {timeouts.connect_s:g}s, first byte {first_byte}, "
             f"stall {timeouts.stall_s:g}s, total {timeouts.total_s:g}s"
         )
     return ", ".join(parts)

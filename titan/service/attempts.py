@@ -269,7 +269,7 @@ class AttemptRunner:
         started = self._now()
         timeouts = deployment.timeouts
         # A whole answer is a non-streaming request's first byte: the same limit applies.
-        limit = min(timeouts.first_byte_s, timeouts.total_s)
+        limit = min(timeouts.first_byte_s or timeouts.total_s, timeouts.total_s)
         if attempts.deadline is not None:
             limit = min(limit, max(0.0, attempts.deadline - started))
         try:
