@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu.h"
 #include "vec.h"
@@ -48,6 +49,7 @@ typedef struct {
     int64_t num_logits;
     const int64_t *logit_rows; /* [num_logits] token rows whose logits are wanted */
     float *logits;             /* [num_logits, V] */
+    double *seconds;           /* NULL, or [3] += time in matmuls, attention, the rest */
 } step;
 
 typedef struct {
@@ -70,9 +72,10 @@ static void norm_item(void *ctx, int64_t t, int thread) {
     const layer_job *j = ctx;
     const int64_t h = j->m->hidden, row = j->rows != NULL ? j->rows[t] : t;
     const float *in = j->hidden + row * h;
-    float squares = 0.f;
-    for (int64_t i = 0; i < h; i++) squares += in[i] * in[i];
-    const float inverse = 1.f / sqrtf(squares / (float)h + j->m->eps);
+    /* the sum of squares in LANES interleaved partial sums, added by a fixed tree */
+    vf partial = splat(0.f);
+    for (int64_t i = 0; i < h; i += LANES) partial += load_f32(in + i) * load_f32(in + i);
+    const float inverse = 1.f / sqrtf(hsum(partial) / (float)h + j->m->eps);
     float normed[h];
     for (int64_t i = 0; i < h; i++) normed[i] = j->norm[i] * (in[i] * inverse);
     const qacts row_x = acts_at(&j->x, t, h / QK);
@@ -149,13 +152,29 @@ static void attend(pool *p, const layer_job *j) {
     if (attention(p, &a) != 0) abort(); /* shapes were checked when the model loaded */
 }
 
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+enum { MATMULS, ATTENTION, REST };
+
+/* Time since *mark into seconds[part] (when asked for), and the mark moves on. */
+static void lap(const step *s, int part, double *mark) {
+    if (s->seconds == NULL) return;
+    const double t = now();
+    s->seconds[part] += t - *mark;
+    *mark = t;
+}
+
 int titan_forward(pool *p, const model *m, const step *s) {
     const int64_t T = s->num_tokens, H = m->hidden, I = m->intermediate;
     const int64_t qkv_width = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim;
     const int64_t attn_width = m->num_heads * m->head_dim;
     int64_t widest = H > I ? H : I;
     if (attn_width > widest) widest = attn_width;
-    if (H % QK || I % QK || attn_width % QK) return -1;
+    if (H % QK || I % QK || attn_width % QK) return -1; /* QK (32) is a multiple of LANES */
     float *hidden = malloc(sizeof(float) * (size_t)(T * H));
     float *qkv = malloc(sizeof(float) * (size_t)(T * qkv_width));
     float *attn = malloc(sizeof(float) * (size_t)(T * attn_width));
@@ -169,6 +188,7 @@ int titan_forward(pool *p, const model *m, const step *s) {
     layer_job j = {.m = m, .s = s, .hidden = hidden, .qkv = qkv, .attn = attn,
                    .gate_up = gate_up};
     j.x = (qacts){qs, scales, scales + T * (widest / QK), H};
+    double mark = s->seconds != NULL ? now() : 0.0;
     pool_run(p, embed_item, &j, T);
     for (int64_t l = 0; l < m->num_layers; l++) {
         const layer_weights *layer = &m->layers[l];
@@ -176,26 +196,38 @@ int titan_forward(pool *p, const model *m, const step *s) {
         j.norm = layer->input_norm;
         j.x.cols = H;
         pool_run(p, norm_item, &j, T);
+        lap(s, REST, &mark);
         qgemm(p, &j.x, T, &layer->qkv, qkv, qkv_width, 0);
+        lap(s, MATMULS, &mark);
         pool_run(p, rope_item, &j, T);
+        lap(s, REST, &mark);
         attend(p, &j);
+        lap(s, ATTENTION, &mark);
         j.x.cols = attn_width;
         pool_run(p, quantize_item, &j, T);
+        lap(s, REST, &mark);
         qgemm(p, &j.x, T, &layer->o_proj, hidden, H, 1);
+        lap(s, MATMULS, &mark);
         j.norm = layer->post_norm;
         j.x.cols = H;
         pool_run(p, norm_item, &j, T);
+        lap(s, REST, &mark);
         qgemm(p, &j.x, T, &layer->gate_up, gate_up, 2 * I, 0);
+        lap(s, MATMULS, &mark);
         j.x.cols = I;
         pool_run(p, swiglu_item, &j, T);
+        lap(s, REST, &mark);
         qgemm(p, &j.x, T, &layer->down, hidden, H, 1);
+        lap(s, MATMULS, &mark);
     }
     if (s->num_logits > 0) {
         j.norm = m->final_norm;
         j.rows = s->logit_rows;
         j.x.cols = H;
         pool_run(p, norm_item, &j, s->num_logits);
+        lap(s, REST, &mark);
         qgemm(p, &j.x, s->num_logits, &m->lm_head, s->logits, m->vocab, 0);
+        lap(s, MATMULS, &mark);
     }
     free(hidden); free(qkv); free(attn); free(gate_up); free(qs); free(scales);
     return 0;

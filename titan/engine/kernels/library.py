@@ -57,6 +57,7 @@ class Step(ctypes.Structure):
         ("num_tokens", _I64), ("token_ids", _P), ("positions", _P), ("slot_mapping", _P),
         ("num_seqs", _I64), ("max_blocks", _I64), ("block_tables", _P), ("query_starts", _P),
         ("first_positions", _P), ("num_logits", _I64), ("logit_rows", _P), ("logits", _P),
+        ("seconds", _P),
     ]  # fmt: skip
 
 

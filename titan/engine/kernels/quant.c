@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "vec.h"
 
 int64_t panel_block_bytes(int32_t format) {
     return format == FORMAT_Q4_1 ? 320 : format == FORMAT_Q8_0 ? 608 : 0;
@@ -55,10 +56,12 @@ static inline float f16_to_f32(uint16_t h) {
 float titan_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
 
 void quantize_row(const float *x, int64_t cols, int8_t *qs, float *d, float *s) {
+    const vi no_sign = (vi){0} + 0x7FFFFFFF;
     for (int64_t b = 0; b < cols / QK; b++) {
         const float *xb = x + b * QK;
-        float amax = 0.f;
-        for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        /* max |x| of the block: exact whatever the order, so vectors are free to find it */
+        const vf high = vmax((vf)((vi)load_f32(xb) & no_sign), (vf)((vi)load_f32(xb + 16) & no_sign));
+        const float amax = hmax(high);
         const float scale = amax / 127.f;
         const float inverse = scale != 0.f ? 1.f / scale : 0.f;
         int32_t sum = 0;

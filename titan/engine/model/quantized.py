@@ -174,6 +174,8 @@ class QuantizedLlama:
             rope_sin=pointer(self._rope[1]),
         )
         self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # Seconds the kernels spent in matmuls, attention and the rest, since the model loaded.
+        self.kernel_seconds = np.zeros(3, dtype=np.float64)
 
     @property
     def num_parameters(self) -> int:
@@ -227,6 +229,7 @@ class QuantizedLlama:
             num_logits=len(logit_rows),
             logit_rows=pointer(rows),
             logits=pointer(logits),
+            seconds=pointer(self.kernel_seconds),
         )
         self.kernels.forward(self._model, step)
         return torch.from_numpy(logits)
