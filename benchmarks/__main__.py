@@ -12,7 +12,7 @@ import orjson
 
 from titan.bench.results_file import json_path_for, write_section
 
-BENCHMARKS = ("llamacpp",)
+BENCHMARKS = ("llamacpp", "quality")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("bench/RESULTS.md"))
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *(argv or sys.argv[1:])])
+    if args.name == "quality":
+        from benchmarks import quality
+
+        section = quality.render_markdown(quality.run_all(), command)
+        print(section)
+        write_section(args.output, section, quality.BENCHMARK)
+        return 0
     from benchmarks import llamacpp, llamacpp_report
 
     settings = llamacpp.Settings.quick() if args.quick else llamacpp.Settings()

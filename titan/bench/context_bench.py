@@ -128,6 +128,7 @@ def titan_config(port: int, window: int) -> dict[str, Any]:
         "hedge": {"enabled": False},
         "probes": {"enabled": False},
         "storage": "memory://",
+        "context": {"trim_headroom": 0.0},  # the most that fits; headroom_config sets its own
     }
 
 

@@ -147,5 +147,6 @@ class ContextConfig(Settings):
     summary_max_tokens: int = Field(128, ge=8)
     # Share of the prompt budget freed when a conversation must be trimmed; the turns after
     # keep the same prefix until they fill it again (prefix-cache hits), at the cost of
-    # sending fewer old turns. 0: always keep the most that fits.
-    trim_headroom: float = Field(0.0, ge=0, lt=1)
+    # sending fewer old turns. 0: always keep the most that fits (every turn past the window
+    # then recomputes the whole prompt: docs/ARCHITECTURE.md, "Trimming").
+    trim_headroom: float = Field(0.5, ge=0, lt=1)

@@ -60,7 +60,13 @@ typedef struct {
     qacts x;
     const float *norm;
     const int64_t *rows; /* row_norm: which rows of hidden (NULL: all) */
+    float *normed;       /* NULL, or [rows][H]: norm_item's float output, kept */
 } layer_job;
+
+/* Logits of this many best candidates per row are recomputed from float activations: int8
+ * activations round a logit near 20 to ~0.1, which decides near-ties between the best tokens
+ * (the torch path's bfloat16 refinement, for the same reason). */
+#define REFINED_LOGITS 32
 
 static qacts acts_at(const qacts *x, int64_t row, int64_t nb) {
     return (qacts){x->qs + row * x->cols, x->d + row * nb, x->s + row * nb, x->cols};
@@ -80,6 +86,36 @@ static void norm_item(void *ctx, int64_t t, int thread) {
     for (int64_t i = 0; i < h; i++) normed[i] = j->norm[i] * (in[i] * inverse);
     const qacts row_x = acts_at(&j->x, t, h / QK);
     quantize_row(normed, h, row_x.qs, row_x.d, row_x.s);
+    if (j->normed != NULL) memcpy(j->normed + t * h, normed, sizeof(float) * (size_t)h);
+}
+
+/* The REFINED_LOGITS best logits of row t recomputed with the float activations and the
+ * weights' float values, the dot product summed by a fixed tree. */
+static void refine_item(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const layer_job *j = ctx;
+    const model *m = j->m;
+    float *logits = j->s->logits + t * m->vocab;
+    int64_t best[REFINED_LOGITS];
+    int count = 0;
+    for (int64_t v = 0; v < m->vocab; v++) { /* insertion into a short sorted list */
+        if (count == REFINED_LOGITS && logits[v] <= logits[best[count - 1]]) continue;
+        int at = count < REFINED_LOGITS ? count++ : REFINED_LOGITS - 1;
+        while (at > 0 && logits[best[at - 1]] < logits[v]) {
+            best[at] = best[at - 1];
+            at--;
+        }
+        best[at] = v;
+    }
+    const int64_t h = m->hidden;
+    const float *x = j->normed + t * h;
+    float row[h];
+    for (int i = 0; i < count; i++) {
+        dequantize_row(&m->lm_head, best[i], row);
+        vf partial = splat(0.f);
+        for (int64_t d = 0; d < h; d += LANES) partial += load_f32(row + d) * load_f32(x + d);
+        logits[best[i]] = hsum(partial);
+    }
 }
 
 /* RoPE (HF's rotate-half layout) on q and k of token t, then k and v into its cache slot. */
@@ -224,10 +260,15 @@ int titan_forward(pool *p, const model *m, const step *s) {
         j.norm = m->final_norm;
         j.rows = s->logit_rows;
         j.x.cols = H;
+        j.normed = malloc(sizeof(float) * (size_t)(s->num_logits * H));
+        if (j.normed == NULL) abort();
         pool_run(p, norm_item, &j, s->num_logits);
         lap(s, REST, &mark);
         qgemm(p, &j.x, s->num_logits, &m->lm_head, s->logits, m->vocab, 0);
         lap(s, MATMULS, &mark);
+        pool_run(p, refine_item, &j, s->num_logits);
+        free(j.normed);
+        lap(s, REST, &mark);
     }
     free(hidden); free(qkv); free(attn); free(gate_up); free(qs); free(scales);
     return 0;
