@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from titan.bench.processes import Service, free_port, start
+from titan.bench.processes import Service, Services, free_port
 
 LLAMA_CPP_PYTHON = "0.3.36"
 START_TIMEOUT_S = 120.0
@@ -69,7 +69,14 @@ def llama_server_version(binary: Path) -> str:
 
 
 def start_llama_server(
-    binary: Path, gguf: Path, log_dir: Path, *, num_slots: int, context: int, threads: int
+    services: Services,
+    binary: Path,
+    gguf: Path,
+    log_dir: Path,
+    *,
+    num_slots: int,
+    context: int,
+    threads: int,
 ) -> Service:
     """``llama-server -m GGUF -np N -cb -t THREADS -c CONTEXT -kvu``: N slots of continuous
     batching sharing one KV pool (so one long conversation may use all of it)."""
@@ -79,7 +86,7 @@ def start_llama_server(
         "-np", str(num_slots), "-cb", "-t", str(threads), "-c", str(context), "-kvu",
         "--no-webui",
     ]  # fmt: skip
-    return start(
+    return services.start(  # stopped with the others, however the run ends
         "llama-server", argv, f"http://127.0.0.1:{port}", log_dir,
         ready_path="/health", timeout_s=START_TIMEOUT_S,
     )  # fmt: skip

@@ -170,7 +170,7 @@ def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
             results["systems"].setdefault(name, {})["conversation"] = conversation_summary(turns)
             stop(titan)
         llama = start_llama_server(
-            binary, gguf, work_dir, num_slots=settings.num_at_once,
+            services, binary, gguf, work_dir, num_slots=settings.num_at_once,
             context=settings.llama_context, threads=threads,
         )  # fmt: skip
         results["commands"]["llama-server"] = llama.command

@@ -2,7 +2,7 @@
 
 - quantized (the default for a GGUF file on CPU): the file's own Q4_1/Q8_0 blocks (or float
   weights quantized to Q8_0 with ``quantization="q8_0"``), a whole step per call into the C
-  kernels, activations and KV cache in float32;
+  kernels, activations in float32 and the KV cache in float16;
 - torch: dense weights in the chosen dtype (what an explicit ``dtype`` asks for, what HF
   directories and CUDA get), with the C paged-attention kernel on CPU.
 
@@ -27,6 +27,7 @@ from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.model.loader import ModelSource, load_weights
 from titan.engine.model.quantized import (
     BLOCKS_FILE,
+    KV_DTYPE,
     QuantizedLlama,
     can_quantize,
     load_quantized,
@@ -70,7 +71,7 @@ def build_model(
                 f"{weights.formats()} weights ({weights.num_bytes / 2**20:.0f} MiB), "
                 f"{kernels.isa} kernels, {kernels.num_threads} threads"
             )
-            return BuiltModel(model, torch.float32, None, kernels, description)
+            return BuiltModel(model, KV_DTYPE, None, kernels, description)
         if config.quantization != "auto":
             raise ConfigError(f"quantization {config.quantization!r} is not possible: {why_not}")
         log.info("quantized weights off (%s): the torch path serves", why_not)

@@ -53,11 +53,7 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
     random = [i for i, row in enumerate(rows) if not row.params.is_greedy]
     if random:
         probs = _filtered_probs(logits[random], [rows[i].params for i in random])
-        for slot, index in enumerate(random):
-            # Exponential race (argmax of p / E, E ~ Exp(1)) draws from p exactly, and each
-            # request consumes its own generator's stream only.
-            noise = torch.empty_like(probs[slot]).exponential_(generator=rows[index].generator)
-            token_ids[index] = (probs[slot] / noise).argmax()
+        token_ids[random] = _inverse_cdf(probs, [rows[i].generator for i in random])
 
     chosen = token_ids.tolist()
     results = []
@@ -72,6 +68,19 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
             top = tuple(zip(indices.tolist(), values.tolist(), strict=True))
         results.append(SampledToken(chosen[i], float(row_logprobs[chosen[i]]), top))
     return results
+
+
+def _inverse_cdf(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row drawn from its (unnormalized) probabilities with one uniform number
+    from the row's own generator: the first token whose cumulative mass passes u * total. Each
+    request consumes its own stream only, one number a token (an exponential race would draw a
+    number per vocabulary entry: 0.7 ms a row on CPU, 23 ms of a 32-row decode step)."""
+    cumulative = probs.double().cumsum(dim=-1)  # in vocabulary order: the same for any batch
+    draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
+    targets = (draws * cumulative[:, -1]).unsqueeze(1)
+    # cumulative > target first at a token of non-zero probability (a zero adds no mass).
+    chosen = torch.searchsorted(cumulative, targets, right=True).squeeze(1)
+    return chosen.clamp_(max=probs.shape[-1] - 1)
 
 
 def _force_closing_tokens(logits: torch.Tensor, forced: list[tuple[int, int | None]]) -> None:

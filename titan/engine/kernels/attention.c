@@ -62,6 +62,15 @@ typedef struct {
 
 static inline vf load_bf16_vec(const uint16_t *p) { return load_bf16(p); }
 
+/* Ask for the keys and values of the next LANES positions while these are computed: cache
+ * blocks are scattered in memory, so the hardware prefetchers cannot guess them. */
+static inline void prefetch_rows(const void *start, int64_t row_bytes, int64_t stride_bytes,
+                                 int64_t num_rows) {
+    for (int64_t r = 0; r < num_rows; r++)
+        for (int64_t offset = 0; offset < row_bytes; offset += 64)
+            __builtin_prefetch((const char *)start + r * stride_bytes + offset, 0, 1);
+}
+
 /* Scores of LANES keys for R rows: kf[d] holds dimension d of the keys. One FMA chain per row,
  * in d order. */
 static inline __attribute__((always_inline)) void scores_for(const float *q, int64_t head_dim,
@@ -117,10 +126,12 @@ static inline vf cut(vf x, int64_t visible, float fill) {
     return x;
 }
 
-#define DEFINE_UNIT(NAME, T, LOAD, STORE, LOAD_VEC)                                              \
+/* T: the type of q and out; C: of the caches (LOAD_VEC converts LANES values of it). */
+#define DEFINE_UNIT(NAME, T, LOAD, STORE, C, LOAD_VEC)                                           \
 static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,                  \
                  const scratch *w) {                                                            \
-    const T *q = a->q, *k_cache = a->k_cache, *v_cache = a->v_cache;                            \
+    const T *q = a->q;                                                                          \
+    const C *k_cache = a->k_cache, *v_cache = a->v_cache;                                       \
     T *out = a->out;                                                                            \
     const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;                   \
     const int64_t group = a->num_heads / kv;                                                    \
@@ -143,15 +154,22 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
     vf kf[MAX_HEAD_DIM];                                                                        \
     for (int64_t t0 = 0; t0 < last_ctx; t0 += LANES) {                                          \
         const int64_t block = table[t0 / bs], offset = t0 % bs;                                 \
-        const T *kb = k_cache + (block * kv + kh) * hd * bs + offset;                           \
+        if (n == 1 && offset == 0 && t0 + bs < last_ctx) { /* decodes: the next cache block */\
+            const int64_t next = table[t0 / bs + 1];                                            \
+            prefetch_rows(k_cache + (next * kv + kh) * hd * bs, hd * bs * sizeof(C), 0, 1);     \
+            prefetch_rows(v_cache + (next * bs * kv + kh) * hd, hd * sizeof(C),                 \
+                          kv * hd * sizeof(C), bs);                                             \
+        }                                                                                       \
+        const C *kb = k_cache + (block * kv + kh) * hd * bs + offset;                           \
         for (int64_t d = 0; d < hd; d++) kf[d] = LOAD_VEC(kb + d * bs);                         \
         const int64_t count = last_ctx - t0 < LANES ? last_ctx - t0 : LANES;                    \
-        const T *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;                         \
+        const C *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;                         \
         const float *values = (const float *)vb; /* float32: read in place */                   \
         int64_t stride = kv * hd;                                                               \
-        if (sizeof(T) != sizeof(float)) { /* bfloat16: converted once for every row */          \
+        if (sizeof(C) != sizeof(float)) { /* 16-bit: converted once for every row */            \
             for (int64_t j = 0; j < count; j++)                                                 \
-                for (int64_t d = 0; d < hd; d++) w->v[j * hd + d] = LOAD(vb[j * kv * hd + d]);  \
+                for (int64_t d = 0; d < hd; d += LANES)                                         \
+                    *(vfu *)(w->v + j * hd + d) = LOAD_VEC(vb + j * kv * hd + d);               \
             values = w->v;                                                                      \
             stride = hd;                                                                        \
         }                                                                                       \
@@ -213,8 +231,9 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
 }
 
 #define IDENTITY(x) (x)
-DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, load_f32)
-DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, load_bf16_vec)
+DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, load_f32)
+DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, load_bf16_vec)
+DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, load_f16)
 
 static void attention_item(void *ctx, int64_t item, int thread) {
     const attention_job *job = ctx;
@@ -222,6 +241,8 @@ static void attention_item(void *ctx, int64_t item, int thread) {
     const int64_t s = job->unit_seq[item], tile = job->unit_first[item];
     if (job->a->dtype == ATTENTION_BF16)
         unit_bf16(job->a, s, tile, job->unit_head[item], w);
+    else if (job->a->dtype == ATTENTION_F32_F16_CACHE)
+        unit_f16_cache(job->a, s, tile, job->unit_head[item], w);
     else
         unit_f32(job->a, s, tile, job->unit_head[item], w);
 }

@@ -58,7 +58,9 @@ void dequantize_row(const qweight *w, int64_t n, float *out);
 
 /* ---- attention.c: attention read in place from the paged KV cache ---- */
 
-enum attention_dtype { ATTENTION_F32 = 0, ATTENTION_BF16 = 1 };
+/* F32: q, caches and out float32; BF16: all bfloat16 (the torch path); F32_F16_CACHE: q and out
+ * float32, the caches float16 (the quantized model's). */
+enum attention_dtype { ATTENTION_F32 = 0, ATTENTION_BF16 = 1, ATTENTION_F32_F16_CACHE = 2 };
 
 typedef struct {
     const void *q;                  /* [T, heads, head_dim] */
@@ -71,7 +73,7 @@ typedef struct {
     int64_t num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_blocks;
     int64_t q_stride, out_stride;   /* elements from one token's row to the next */
     float scale;
-    int32_t dtype;                  /* enum attention_dtype: q, caches and out alike */
+    int32_t dtype;                  /* enum attention_dtype */
 } attention_args;
 
 /* 0, or -1 when the shapes are beyond the kernel, -2 when out of memory. */

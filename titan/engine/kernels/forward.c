@@ -8,7 +8,8 @@
  * Row-wise work (norms, RoPE, SwiGLU, quantizing activations) runs a row per pool item, so a
  * row's arithmetic never depends on the other rows; the GEMMs (qgemm.c) and attention
  * (attention.c) keep the same rule. Activations are float32 between the quantized matmuls;
- * the KV cache is float32.
+ * the KV cache is float16 (what llama.cpp keeps too: half the bytes attention reads, which is
+ * what decode attention waits for).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,8 +26,8 @@ typedef struct {
     const float *post_norm;  /* [H] */
     qweight gate_up;         /* [2 I, H]: gate rows, then up rows */
     qweight down;            /* [H, I] */
-    float *k_cache;          /* [blocks, kv_heads, head_dim, block_size] */
-    float *v_cache;          /* [blocks, block_size, kv_heads, head_dim] */
+    _Float16 *k_cache;       /* [blocks, kv_heads, head_dim, block_size] */
+    _Float16 *v_cache;       /* [blocks, block_size, kv_heads, head_dim] */
 } layer_weights;
 
 typedef struct {
@@ -139,10 +140,12 @@ static void rope_item(void *ctx, int64_t t, int thread) {
     const int64_t slot = j->s->slot_mapping[t];
     const int64_t block = slot / m->block_size, offset = slot % m->block_size;
     const float *k = row + m->num_heads * hd, *v = k + m->num_kv_heads * hd;
-    float *k_block = j->layer->k_cache + block * m->num_kv_heads * hd * m->block_size;
-    for (int64_t i = 0; i < m->num_kv_heads * hd; i++) k_block[i * m->block_size + offset] = k[i];
-    memcpy(j->layer->v_cache + slot * m->num_kv_heads * hd, v,
-           sizeof(float) * (size_t)(m->num_kv_heads * hd));
+    _Float16 *k_block = j->layer->k_cache + block * m->num_kv_heads * hd * m->block_size;
+    _Float16 *v_slot = j->layer->v_cache + slot * m->num_kv_heads * hd;
+    for (int64_t i = 0; i < m->num_kv_heads * hd; i++) {
+        k_block[i * m->block_size + offset] = (_Float16)k[i];
+        v_slot[i] = (_Float16)v[i];
+    }
 }
 
 static void quantize_item(void *ctx, int64_t t, int thread) {
@@ -183,7 +186,7 @@ static void attend(pool *p, const layer_job *j) {
         .block_size = m->block_size, .max_blocks = s->max_blocks,
         .q_stride = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim,
         .out_stride = m->num_heads * m->head_dim,
-        .scale = 1.f / sqrtf((float)m->head_dim), .dtype = ATTENTION_F32,
+        .scale = 1.f / sqrtf((float)m->head_dim), .dtype = ATTENTION_F32_F16_CACHE,
     };
     if (attention(p, &a) != 0) abort(); /* shapes were checked when the model loaded */
 }

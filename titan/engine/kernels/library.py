@@ -63,6 +63,7 @@ class Step(ctypes.Structure):
 
 ATTENTION_F32 = 0
 ATTENTION_BF16 = 1
+ATTENTION_F32_F16_CACHE = 2
 
 
 def pointer(array: np.ndarray | None) -> int | None:

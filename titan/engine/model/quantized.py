@@ -3,7 +3,7 @@ one call per step: a GGUF file's own Q4_1/Q8_0 blocks, or float weights quantize
 
 Q and K, and gate and up, are fused along their rows at load (three GEMMs plus the output
 projection per layer). Activations are float32; each one is quantized to int8 per block of 32
-just before a matmul, as llama.cpp does.
+just before a matmul, as llama.cpp does; the KV cache is float16.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from titan.engine.model.rope import RotaryEmbedding
 from titan.errors import ModelLoadError
 
 BLOCKS_FILE = Path("quantized") / "blocks.safetensors"
+KV_DTYPE = torch.float16  # forward.c's cache type
 
 
 @dataclass
@@ -130,7 +131,7 @@ def load_quantized(hf_dir: Path, config: ModelConfig, *, use_file_blocks: bool) 
 
 
 class QuantizedLlama:
-    """``step()`` runs a whole engine step in C; the KV cache is float32 tensors the runner
+    """``step()`` runs a whole engine step in C; the KV cache is float16 tensors the runner
     owns (``bind_cache`` points the layers at them)."""
 
     def __init__(
@@ -190,8 +191,8 @@ class QuantizedLlama:
 
     def bind_cache(self, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         for slot, (k, v) in zip(self._layers, kv_caches, strict=True):
-            if k.dtype != torch.float32 or not (k.is_contiguous() and v.is_contiguous()):
-                raise ValueError("the quantized model needs contiguous float32 KV caches")
+            if k.dtype != KV_DTYPE or not (k.is_contiguous() and v.is_contiguous()):
+                raise ValueError("the quantized model needs contiguous float16 KV caches")
             slot.k_cache, slot.v_cache = k.data_ptr(), v.data_ptr()
         self._caches = kv_caches  # keeps them alive while C holds their addresses
 
