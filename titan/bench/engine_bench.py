@@ -116,7 +116,13 @@ def run_engine_bench(
     """Measure every system; returns the raw results (JSON-ready)."""
     from titan.engine.config import EngineConfig
 
-    engine_kwargs: dict[str, Any] = {"dtype": settings.dtype, "num_threads": settings.num_threads}
+    # Dense weights, as HF runs them: this benchmark is about batching and scheduling on the
+    # same arithmetic (benchmarks/llamacpp.py measures the quantized default).
+    engine_kwargs: dict[str, Any] = {
+        "dtype": settings.dtype,
+        "quantization": "none",
+        "num_threads": settings.num_threads,
+    }
     if settings.kv_cache_bytes is not None:
         engine_kwargs["kv_cache_bytes"] = settings.kv_cache_bytes
     engine_config = EngineConfig(**engine_kwargs)

@@ -40,6 +40,7 @@ _ENGINE_FLAGS = {
     "served_model_name": "--served-model-name",
     "device": "--device",
     "dtype": "--dtype",
+    "quantization": "--quantization",
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_cache_bytes": "--kv-cache-memory",
@@ -61,6 +62,7 @@ def serve_settings(
     served_model_name: str | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    quantization: str | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_cache_memory: str | None = None,
@@ -82,6 +84,7 @@ def serve_settings(
         "served_model_name": served_model_name,
         "device": device,
         "dtype": dtype,
+        "quantization": quantization,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "kv_cache_bytes": kv_cache_memory,
@@ -237,7 +240,17 @@ def serve(
         str | None, typer.Option(help="The model id clients use (default: from the model).")
     ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="auto, float32, bfloat16 or float16.")] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="auto, float32, bfloat16 or float16: dense weights in that dtype."),
+    ] = None,
+    quantization: Annotated[
+        str | None,
+        typer.Option(
+            help="auto (a GGUF file's own Q4_1/Q8_0 blocks on the CPU kernels, unless --dtype "
+            "is set), none (dense weights in torch) or q8_0 (every matmul quantized to Q8_0)."
+        ),
+    ] = None,
     max_num_seqs: Annotated[
         int | None, typer.Option(help="Most sequences in one engine step.")
     ] = None,
@@ -254,7 +267,11 @@ def serve(
         int | None, typer.Option(help="Cap on the context window, in tokens.")
     ] = None,
     num_threads: Annotated[
-        int | None, typer.Option(help="Torch threads for the engine (default: cores - 1).")
+        int | None,
+        typer.Option(
+            help="Threads of the engine's CPU kernels (default: every core for quantized "
+            "weights, cores - 1 for torch's)."
+        ),
     ] = None,
     log_level: Annotated[
         str | None,
@@ -295,6 +312,7 @@ def serve(
             served_model_name=served_model_name,
             device=device,
             dtype=dtype,
+            quantization=quantization,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             kv_cache_memory=kv_cache_memory,

@@ -119,6 +119,9 @@ class EmbeddedModelConfig(Settings):
     served_model_name: str | None = None
     device: str | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
+    # auto: a GGUF file's own quantized blocks on the CPU kernels (dense weights when a dtype is
+    # set); none: dense weights in torch; q8_0: every matmul quantized to Q8_0 (HF directories).
+    quantization: Literal["auto", "none", "q8_0"] | None = None
     kv_cache_bytes: ByteSize | None = None  # "2GiB" accepted
     num_kv_blocks: int | None = Field(None, ge=2)
     block_size: int | None = Field(None, ge=1)
