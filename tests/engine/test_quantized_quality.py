@@ -15,5 +15,5 @@ pytestmark = pytest.mark.slow
 def test_the_gguf_blocks_path_keeps_the_float_paths_quality():
     measured = quality.measure("auto", prompts=quality.PROMPTS[:12])
     assert measured.perplexity <= 1.02 * measured.float_perplexity, measured
-    # Measured 0.46 over the 24 prompts (bfloat16: 0.78): int8 activations move near-ties.
+    # Measured 0.57 over the 24 prompts (bfloat16: 0.78): int8 activations move near-ties.
     assert measured.mean_shared_prefix >= 0.25, measured

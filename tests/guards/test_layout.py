@@ -189,3 +189,16 @@ def test_no_pickle_or_unsafe_yaml():
     for path in modules():
         text = path.read_text()
         assert "import pickle" not in text and "yaml.load(" not in text, path
+
+
+def test_the_kernels_sources_ship_with_the_package():
+    """The CPU kernels compile at run time from their C sources: a wheel without them would
+    silently fall back to torch's slower path."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = data["package-data"]["titan.engine.kernels"]
+    kernels = PACKAGE / "engine" / "kernels"
+    shipped = {path for pattern in patterns for path in kernels.glob(pattern)}
+    needed = {*kernels.glob("*.c"), *kernels.glob("*.h")}
+    assert needed and needed <= shipped
