@@ -156,12 +156,18 @@ def test_regex_and_choice(engine: Engine):
     assert answers["yn"][1] == FinishReason.STOP
 
 
-def test_max_tokens_before_the_grammar_closes_is_length(engine: Engine):
+def test_max_tokens_below_the_shortest_valid_output_is_a_400(engine: Engine):
     params = schema_params(FACT_SCHEMA, 5, temperature=0.0)
-    results = run(engine, {"short": chat(engine, "A fact about cats as JSON.")}, params)
-    text, reason = results["short"]
-    assert reason == FinishReason.LENGTH
-    assert text.startswith('{"subject": ')
+    with pytest.raises(InvalidRequestError) as error:
+        engine.validate_prompt(chat(engine, "A fact about cats as JSON."), params)
+    assert error.value.param == "max_tokens"
+    needed = int(re.search(r"takes (\d+) tokens", str(error.value)).group(1))
+    assert needed > 5
+    enough = schema_params(FACT_SCHEMA, needed, temperature=0.0)
+    prompt = chat(engine, "A fact about cats as JSON.")
+    text, reason = run(engine, {"tight": prompt}, enough)["tight"]
+    assert reason == FinishReason.STOP
+    assert set(json.loads(text)) >= set(FACT_SCHEMA["required"])
 
 
 def test_unconstrained_rows_are_untouched_by_constrained_neighbours(engine: Engine):

@@ -16,7 +16,7 @@ ENVIRONMENT_READERS = {
     "titan/config/loading.py": "the default environment of the loader",
     "titan/config/resolution.py": "the one way commands resolve settings",
     "titan/engine/config.py": "XDG_CACHE_HOME, where converted models are cached",
-    "titan/engine/kernels/cpu_attention.py": "CC, the C compiler to build the kernel with",
+    "titan/engine/kernels/build.py": "CC, the C compiler to build the kernels with",
     "titan/observability/metrics.py": "PROMETHEUS_MULTIPROC_DIR, prometheus-client's own",
     "titan/bench/processes.py": "the environment of the processes a benchmark starts",
     "titan/bench/server_load.py": "the environment of the server a benchmark starts",

@@ -21,7 +21,11 @@ from titan.backends.embedded_convert import (
     finish_reason,
 )
 from titan.backends.embedded_jobs import ChoiceResult, Job, chat_jobs, completion_jobs, usage_of
-from titan.backends.embedded_tool_parser import choice_message, tool_finish_reason
+from titan.backends.embedded_tool_parser import (
+    FORCED_MODES,
+    choice_message,
+    tool_finish_reason,
+)
 from titan.backends.embedded_tool_stream import ToolCallStream
 from titan.backends.embedded_tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
@@ -78,6 +82,11 @@ class EmbeddedBackend:
         engine_factory: EngineFactory = start_engine,
     ):
         config = deployment.engine if isinstance(deployment, EmbeddedDeployment) else deployment
+        self._max_tool_calls = (
+            deployment.max_tool_calls
+            if isinstance(deployment, EmbeddedDeployment)
+            else EmbeddedDeployment().max_tool_calls
+        )
         if model_name is not None and config.served_model_name is None:
             config = config.model_copy(update={"served_model_name": model_name})
         self._config = config
@@ -228,7 +237,7 @@ class EmbeddedBackend:
     async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        plan = tool_plan(request)
+        plan = tool_plan(request, self._max_tool_calls)
         jobs = chat_jobs(engine, request, request_id, plan)
         jobs, results = await self._run_choices(engine, jobs, request)
         choices = []
@@ -257,7 +266,7 @@ class EmbeddedBackend:
     ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
-        plan = tool_plan(request)
+        plan = tool_plan(request, self._max_tool_calls)
         jobs = chat_jobs(engine, request, request_id, plan)
         created = int(time.time())
 
@@ -294,7 +303,9 @@ class EmbeddedBackend:
                 deltas = tool_stream.feed(output.text)
                 if reason:
                     deltas += tool_stream.finish()
-                    reason = tool_finish_reason(reason, tool_stream.num_calls > 0)
+                    reason = tool_finish_reason(
+                        reason, tool_stream.num_calls > 0, is_forced=plan.mode in FORCED_MODES
+                    )
                 if not (deltas or output.logprobs or reason):
                     continue  # text held back (a possible stop string or tool call, half a char)
                 logprobs = chat_logprobs(output.logprobs or ()) if request.logprobs else None

@@ -94,13 +94,29 @@ def parse_forced_calls(text: str, plan: ToolPlan) -> list[ToolCall]:
         return []
     names = {tool["function"]["name"] for tool in plan.tools}
     items = value if isinstance(value, list) else [value]
-    calls = [call for item in items if (call := call_from_object(item, names)) is not None]
+    calls, seen = [], set()
+    for item in items:
+        call = call_from_object(item, names)
+        if call is None:
+            continue
+        key = (call.function.name, call.function.arguments)
+        if key in seen:  # a small model repeats a call: the first is the call, the rest noise
+            break
+        seen.add(key)
+        calls.append(call)
     return calls[: plan.max_calls] if plan.max_calls else calls
 
 
-def tool_finish_reason(reason: str | None, has_calls: bool) -> str | None:
-    """OpenAI's "tool_calls" when the model stopped after calling; "length" stays "length"."""
-    return "tool_calls" if has_calls and reason == "stop" else reason
+FORCED_MODES = ("required", "named")
+
+
+def tool_finish_reason(reason: str | None, has_calls: bool, is_forced: bool = False) -> str | None:
+    """OpenAI's "tool_calls" when the model stopped after calling; "length" stays "length",
+    except for a forced call, whose JSON is read only when whole (the engine closes it before
+    max_tokens runs out)."""
+    if has_calls and (reason == "stop" or (is_forced and reason == "length")):
+        return "tool_calls"
+    return reason
 
 
 def choice_message(plan: ToolPlan, text: str, reason: str | None) -> tuple[ChatMessage, str | None]:
@@ -114,4 +130,4 @@ def choice_message(plan: ToolPlan, text: str, reason: str | None) -> tuple[ChatM
         calls = parse_forced_calls(text, plan)
         content = None if calls else text
     message = ChatMessage(content=content, tool_calls=calls or None)
-    return message, tool_finish_reason(reason, bool(calls))
+    return message, tool_finish_reason(reason, bool(calls), is_forced=plan.mode in FORCED_MODES)

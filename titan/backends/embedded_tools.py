@@ -58,6 +58,7 @@ class ToolPlan:
     tools: tuple[dict[str, Any], ...]  # each {"type": "function", "function": {...}}, checked
     forced_name: str | None = None
     is_parallel: bool = True
+    max_parallel_calls: int = 8  # "required" with parallel calls: the most a reply may hold
 
     @property
     def parameters(self) -> dict[str, dict[str, Any]]:
@@ -69,7 +70,7 @@ class ToolPlan:
 
     @property
     def max_calls(self) -> int | None:
-        return None if self.is_parallel else 1
+        return self.max_parallel_calls if self.is_parallel else 1
 
 
 def _bad(param: str, message: str) -> InvalidRequestError:
@@ -107,7 +108,7 @@ def _checked_tool(tool: Any, index: int) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def tool_plan(request: ChatCompletionRequest) -> ToolPlan:
+def tool_plan(request: ChatCompletionRequest, max_parallel_calls: int = 8) -> ToolPlan:
     """Raises InvalidRequestError naming the parameter on bad tools or tool_choice."""
     tools = tuple(_checked_tool(tool, i) for i, tool in enumerate(request.tools or ()))
     names = [tool["function"]["name"] for tool in tools]
@@ -118,8 +119,9 @@ def tool_plan(request: ChatCompletionRequest) -> ToolPlan:
     if choice is None:
         choice = "auto" if tools else "none"
     is_parallel = request.parallel_tool_calls is not False
+    limits = {"is_parallel": is_parallel, "max_parallel_calls": max_parallel_calls}
     if choice == "none":
-        return ToolPlan("none", tools, is_parallel=is_parallel)
+        return ToolPlan("none", tools, **limits)
     if not tools:
         raise _bad("tool_choice", "'tool_choice' is only allowed when 'tools' are specified.")
     if isinstance(choice, dict):
@@ -132,8 +134,8 @@ def tool_plan(request: ChatCompletionRequest) -> ToolPlan:
             )
         if name not in names:
             raise _bad("tool_choice", f"no tool named '{name}' is among 'tools'.")
-        return ToolPlan("named", tools, forced_name=name, is_parallel=is_parallel)
-    return ToolPlan(choice, tools, is_parallel=is_parallel)
+        return ToolPlan("named", tools, forced_name=name, **limits)
+    return ToolPlan(choice, tools, **limits)
 
 
 # ---- the prompt -----------------------------------------------------------------------------
@@ -252,8 +254,9 @@ def _closed(parameters: dict[str, Any]) -> dict[str, Any]:
 
 def forced_call_constraint(plan: ToolPlan) -> StructuredOutput | None:
     """For "named": the output is that tool's arguments object (the name is known); for
-    "required": an array of {"name", "arguments"} objects, at least one (exactly one without
-    parallel calls), each the arguments of the tool it names. None for "auto" and "none"."""
+    "required": an array of {"name", "arguments"} objects, at least one and at most
+    ``max_calls`` (one without parallel calls), each the arguments of the tool it names. The
+    engine closes the array before max_tokens runs out. None for "auto" and "none"."""
     parameters = {name: _closed(schema) for name, schema in plan.parameters.items()}
     if plan.mode == "named":
         schema: dict[str, Any] = parameters[plan.forced_name or ""]
@@ -268,9 +271,7 @@ def forced_call_constraint(plan: ToolPlan) -> StructuredOutput | None:
             for name, params in parameters.items()
         ]
         item = calls[0] if len(calls) == 1 else {"anyOf": calls}
-        schema = {"type": "array", "items": item, "minItems": 1}
-        if not plan.is_parallel:
-            schema["maxItems"] = 1
+        schema = {"type": "array", "items": item, "minItems": 1, "maxItems": plan.max_calls}
     else:
         return None
     return StructuredOutput(kind="json_schema", spec=json.dumps(schema), param="tools")

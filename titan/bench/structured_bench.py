@@ -56,7 +56,9 @@ class StructuredBenchSettings:
 
     @classmethod
     def quick(cls, **overrides: Any) -> StructuredBenchSettings:
-        return replace(cls(num_requests=4, max_tokens=8, num_rounds=1, num_compiles=2), **overrides)
+        return replace(
+            cls(num_requests=4, max_tokens=24, num_rounds=1, num_compiles=2), **overrides
+        )
 
 
 @dataclass
@@ -144,7 +146,7 @@ def run_structured_bench(
         _ = engine.grammars.tokenizer
         tokenizer_setup_s = time.perf_counter() - started
         compiles = time_compiles(engine, settings.num_compiles)
-        run_batch(engine, prompts[:2], True, replace(settings, max_tokens=4))
+        run_batch(engine, prompts[:2], True, replace(settings, max_tokens=24))
         rounds: dict[str, list[dict]] = {"none": [], "half": []}
         for round_index in range(settings.num_rounds):
             for mode in ("none", "half"):

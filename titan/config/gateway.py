@@ -64,6 +64,9 @@ class EmbeddedDeployment(_Deployment):
     backend: Literal["embedded"] = "embedded"
     engine: EmbeddedModelConfig = EmbeddedModelConfig()
     timeouts: EmbeddedTimeouts = EmbeddedTimeouts()
+    # tool_choice "required" with parallel calls allowed: the most calls one reply may hold (a
+    # small model repeats a call until it is stopped).
+    max_tool_calls: int = Field(8, ge=1, le=128)
 
 
 class OpenAIDeployment(_Deployment):

@@ -21,7 +21,6 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 import llguidance
 import torch
 
-from titan.engine.json_closing import closing_suffix
+from titan.engine.grammar_closing import MINIMUM_SEARCH_BYTES, ClosingBudget, GrammarCloser
 from titan.engine.sampling import StructuredOutput
 from titan.errors import InvalidRequestError
 
@@ -45,11 +44,6 @@ _JSON_OPTIONS: llguidance.JsonCompileOptions = {
 }
 _ANY_JSON_OBJECT = '{"type":"object"}'
 DEFAULT_CACHE_SIZE = 256
-# JSON mode: within this many tokens of max_tokens the closing text is checked each step, and
-# steered into when the tokens left are at most its length plus the margin (a token that opens
-# a nested object or a key can lengthen it by more than one).
-CLOSING_WINDOW = 32
-CLOSING_MARGIN = 2
 
 
 def canonical_key(structured: StructuredOutput) -> tuple[str, str]:
@@ -153,36 +147,54 @@ class GrammarCache:
                 self._grammars.popitem(last=False)
         return grammar
 
-    def new_state(self, structured: StructuredOutput) -> ConstraintState:
+    def new_state(
+        self, structured: StructuredOutput, closer: GrammarCloser | None = None
+    ) -> ConstraintState:
+        """A fresh matcher; with ``closer``, one kept able to end within its budget."""
         matcher = llguidance.LLMatcher(self.tokenizer, self.compile(structured), log_level=0)
         if matcher.is_error():
             raise _invalid(structured, matcher.get_error())
-        return ConstraintState(matcher, structured.kind)
+        budget = None if closer is None else ClosingBudget(closer, self.tokenizer.eos_token)
+        return ConstraintState(matcher, structured.kind, budget)
 
 
 class ConstraintState:
     """One request's position in its grammar."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, kind: str = ""):
+    def __init__(
+        self, matcher: llguidance.LLMatcher, kind: str = "", budget: ClosingBudget | None = None
+    ):
         self.matcher = matcher
         self.kind = kind
+        self._budget = budget  # None: no steering toward an end (not a sampled request)
         self.is_broken = False  # the matcher rejected a token: the request goes on unconstrained
 
-    def closing_token(
-        self, remaining: int, text_so_far: Callable[[], str], encode: Callable[[str], list[int]]
+    def forced_token(self, remaining: int) -> int | None:
+        """Near the end of the budget: the one token allowed this step (the next of a text
+        that ends the grammar), once the tokens left barely cover it; None: sample as usual."""
+        if self.is_broken or self._budget is None:
+            return None
+        return self._budget.forced_token(self.matcher, remaining)
+
+    def vet(self, token_id: int, remaining: int) -> int:
+        """The sampled token, or the closing text's next one when the grammar could not end
+        within the tokens left after the sampled one."""
+        if self.is_broken or self._budget is None:
+            return token_id
+        return self._budget.vet(self.matcher, token_id, remaining)
+
+    def minimum_tokens(
+        self, closer: GrammarCloser, limit: int = MINIMUM_SEARCH_BYTES
     ) -> int | None:
-        """JSON mode near the end of its budget: the next token of the shortest text that closes
-        the document, once the tokens left barely cover it (None: sample as usual). A schema
-        may require more than the closing text, so only ``json_object`` is steered."""
-        if self.kind != "json_object" or self.is_broken or remaining > CLOSING_WINDOW:
-            return None
-        suffix = closing_suffix(text_so_far())
-        if not suffix:
-            return None
-        token_ids = encode(suffix)
-        if not token_ids or remaining > len(token_ids) + CLOSING_MARGIN:
-            return None
-        return token_ids[0] if self.matcher.validate_tokens(token_ids[:1]) == 1 else None
+        """Tokens of the shortest output found from here (an upper bound of the true minimum);
+        None when none is found within ``limit`` bytes."""
+        token_ids = closer.completion(self.matcher, limit=limit)
+        return None if token_ids is None else len(token_ids)
+
+    @property
+    def is_satisfied(self) -> bool:
+        """The output so far is whole: the grammar may end here."""
+        return not self.is_broken and self.matcher.is_accepting()
 
     def advance(self, token_id: int) -> None:
         if self.is_broken:
@@ -191,6 +203,8 @@ class ConstraintState:
             # Cannot happen for a token the mask allowed; never fail the request over it.
             log.warning("grammar rejected token %d: %s", token_id, self.matcher.get_error())
             self.is_broken = True
+        elif self._budget is not None:
+            self._budget.advanced(token_id)
 
     @property
     def is_complete(self) -> bool:

@@ -6,6 +6,7 @@ numbers, so a seeded request samples the same tokens whatever else shares its ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,10 @@ class SamplingRow:
     # by the engine before the forward pass when the row samples; None: unconstrained).
     constraint: ConstraintState | None = None
     mask: RowMask | None = None
-    forced_token_id: int | None = None  # JSON mode closing its document: the only choice
+    # Near max_tokens (ConstraintState): the only token allowed this step, and the check that
+    # swaps a sampled token that would leave no room to end the grammar.
+    forced_token_id: int | None = None
+    vet: Callable[[int], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,10 @@ def sample(logits: torch.Tensor, rows: list[SamplingRow]) -> list[SampledToken]:
         probs = _filtered_probs(logits[random], [rows[i].params for i in random])
         token_ids[random] = _inverse_cdf(probs, [rows[i].generator for i in random])
 
-    chosen = token_ids.tolist()
+    chosen = [
+        row.vet(token_id) if row.vet is not None else token_id
+        for row, token_id in zip(rows, token_ids.tolist(), strict=True)
+    ]
     results = []
     for i, row in enumerate(rows):
         if not wants_logprobs[i]:
@@ -84,7 +91,7 @@ def _inverse_cdf(probs: torch.Tensor, generators: list[torch.Generator]) -> torc
 
 
 def _force_closing_tokens(logits: torch.Tensor, forced: list[tuple[int, int | None]]) -> None:
-    """Rows steered into their closing text (JSON mode near max_tokens): one token left."""
+    """Rows steered into their closing text (near max_tokens): one token left."""
     for i, token_id in forced:
         if token_id is not None:
             kept = logits[i, token_id].clone()
