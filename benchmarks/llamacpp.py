@@ -35,11 +35,11 @@ from benchmarks.llamacpp_load import (
     run_one,
     titan_conversation,
 )
-from titan.bench.processes import Service, Services, free_port, stop, titan_argv
+from benchmarks.titan_server import start_titan, titan_environment
+from titan.bench.processes import Services, stop
 from titan.bench.report import machine_info, package_versions
 from titan.bench.workload import BenchRequest, build_workload, chat_prompt
 
-TITAN_START_TIMEOUT_S = 300.0
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
              "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimddp", "sve")  # fmt: skip
 
@@ -155,11 +155,11 @@ def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
     gguf = _default_gguf()
     threads = os.cpu_count() or 1
     results: dict[str, Any] = {"settings": asdict(settings), "systems": {}, "commands": {}}
-    environment = _titan_environment(work_dir)
+    environment = titan_environment(work_dir)
     with Services() as services:
         windows = (("titan", []), ("titan-2048", ["--max-model-len", str(settings.small_window)]))
         for index, (name, extra) in enumerate(windows):
-            titan = _start_titan(services, name, extra, environment, work_dir)
+            titan = start_titan(services, name, extra, environment, work_dir)
             results["commands"][name] = titan.command
             server = Server(name, titan.base_url, "SmolLM2-135M-Instruct", titan.pid)
             own = work.for_server(index, settings)
@@ -204,27 +204,6 @@ def _default_gguf() -> Path:
     from titan.engine.model.loader import default_gguf_path
 
     return default_gguf_path()
-
-
-def _titan_environment(work_dir: Path) -> dict[str, str]:
-    """``titan serve`` with every default: a home of its own (the default SQLite storage, no
-    keys), the converted model and the compiled kernels from the usual cache."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    home = work_dir / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    return {"HOME": str(home), "XDG_CACHE_HOME": cache}
-
-
-def _start_titan(
-    services: Services, name: str, extra: list[str], environment: dict[str, str], work_dir: Path
-) -> Service:
-    port = free_port()
-    unset = tuple(key for key in os.environ if key.startswith("TITAN_"))
-    return services.start(
-        name, titan_argv("serve", "--port", str(port), *extra), f"http://127.0.0.1:{port}",
-        work_dir, ready_path="/ready", timeout_s=TITAN_START_TIMEOUT_S, env=environment,
-        unset_env=unset, env_shown={},
-    )  # fmt: skip
 
 
 def _titan_kernel_line(work_dir: Path) -> str:

@@ -24,6 +24,8 @@ ORDER_SCHEMA = {
     "type": "object",
     "properties": {
         "customer": {"type": "string"},
+        "email": {"type": "string", "format": "email"},
+        "placed": {"type": "string", "format": "date"},
         "items": {
             "type": "array",
             "items": {
@@ -50,7 +52,7 @@ ORDER_SCHEMA = {
         },
         "notes": {"type": ["string", "null"]},
     },
-    "required": ["customer", "items"],
+    "required": ["customer", "email", "placed", "items"],
 }
 CASES = {
     "order": (StructuredOutput("json_schema", json.dumps(ORDER_SCHEMA)), "List an order."),
@@ -98,7 +100,9 @@ def minimum(engine: Engine, prompt: list[int], structured: StructuredOutput) -> 
 
 def satisfies(name: str, text: str) -> bool:
     if name == "order":
-        jsonschema.validate(json.loads(text), ORDER_SCHEMA)
+        jsonschema.validate(
+            json.loads(text), ORDER_SCHEMA, format_checker=jsonschema.FormatChecker()
+        )
         return True
     if name == "object":
         return isinstance(json.loads(text), dict)

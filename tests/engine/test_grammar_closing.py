@@ -100,3 +100,27 @@ def test_the_completion_is_short(grammars, closer, tokenizer):
     completion = closer.completion(state.matcher, limit=256)
     # '", "population": 0, "tags": ["big", "big"]}' and no more
     assert completion is not None and len(completion) <= 20
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"(\S+\s){4}\S+",  # a cron line: each field loops until a space is taken
+        r"(\w+ ){3}\w+",
+        r"(ab)+c",
+        r"x(yz)*(q|r)",
+        r"[a-z]+@[a-z]+\.(com|org)",
+        r"([A-Z][a-z]+ )+[A-Z]{2}",
+        r"[a-z]+(, [a-z]+)*;",
+    ],
+)
+def test_loops_in_a_regex_are_left_for_an_end(grammars, closer, tokenizer, pattern):
+    """The greedy walk's first choice loops forever in these; it finds a way out instead, as
+    the whole output (a regex) and as a JSON string's anchored pattern."""
+    structured = StructuredOutput(kind="regex", spec=pattern)
+    assert re.fullmatch(pattern, closed_text(grammars, closer, tokenizer, structured, ""))
+    schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": f"^{pattern}$"}},
+              "required": ["v"]}  # fmt: skip
+    in_json = StructuredOutput(kind="json_schema", spec=json.dumps(schema))
+    document = json.loads(closed_text(grammars, closer, tokenizer, in_json, ""))
+    assert re.fullmatch(pattern, document["v"])

@@ -113,18 +113,29 @@ def test_file_search_retrieves_the_chunk_with_the_answer_and_cites_it():
                 if path.name != "README.md"
             ]
             store = client.vector_stores.create(name="policies", file_ids=file_ids)
+            question = "How many weeks of leave do adoptive parents get?"
+            tools = [{"type": "file_search", "vector_store_ids": [store.id], "max_num_results": 3}]
             response = client.responses.create(
-                model="sim",
-                input="How many weeks of leave do adoptive parents get?",
-                tools=[
-                    {"type": "file_search", "vector_store_ids": [store.id], "max_num_results": 3}
-                ],
+                model="sim", input=question, tools=tools, include=["file_search_call.results"]
             )
             search, message = response.output
-            assert search.type == "file_search_call"
+            assert search.type == "file_search_call" and search.queries == [question]
             assert "16 weeks" in search.results[0].text
             cited = {a.filename for a in message.content[0].annotations}
             assert "parental_leave.md" in cited
+            # As at OpenAI, the results come only when 'include' asks, here or on retrieve.
+            plain = client.responses.create(model="sim", input=question, tools=tools)
+            assert plain.output[0].type == "file_search_call" and plain.output[0].results is None
+            assert client.responses.retrieve(plain.id).output[0].results is None
+            kept = client.responses.retrieve(plain.id, include=["file_search_call.results"])
+            assert "16 weeks" in kept.output[0].results[0].text
+            with client.responses.stream(model="sim", input=question, tools=tools) as stream:
+                kinds = [event.type for event in stream]
+                streamed = stream.get_final_response()
+            assert "response.file_search_call.searching" in kinds
+            assert "response.output_text.annotation.added" in kinds
+            assert streamed.output[0].type == "file_search_call"
+            assert {a.filename for a in streamed.output[1].content[0].annotations} == cited
             with pytest.raises(openai.BadRequestError):
                 client.responses.create(model="sim", input="x", tools=[{"type": "web_search"}])
 

@@ -46,6 +46,43 @@ TEXT_PARTS = {
         "required": ["type", "text"],
     },
 }
+_RESPONSES_MESSAGE = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "message"},
+        "id": {"type": "string"},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {"anyOf": [{"type": "string"}, TEXT_PARTS]},
+    },
+    "required": ["role", "content"],
+}
+_FUNCTION_CALL = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call"},
+        "id": {"type": "string"},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "arguments": {"type": "string"},
+    },
+    "required": ["type", "call_id", "name", "arguments"],
+}
+_FUNCTION_CALL_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call_output"},
+        "id": {"type": "string"},
+        "call_id": {"type": "string"},
+        "output": {"anyOf": [{"type": "string"}, TEXT_PARTS]},
+    },
+    "required": ["type", "call_id", "output"],
+}
+# Replayed output items that carry nothing for the model: accepted and skipped.
+_SKIPPED_ITEM = {
+    "type": "object",
+    "properties": {"type": {"enum": ["file_search_call", "reasoning"]}},
+    "required": ["type"],
+}
 RESPONSES_INPUT = {
     "anyOf": [
         {"type": "string"},
@@ -53,14 +90,28 @@ RESPONSES_INPUT = {
             "type": "array",
             "minItems": 1,
             "items": {
-                "type": "object",
-                "properties": {
-                    "type": {"const": "message"},
-                    "role": {"enum": ["user", "assistant", "system", "developer"]},
-                    "content": {"anyOf": [{"type": "string"}, TEXT_PARTS]},
-                },
-                "required": ["role", "content"],
+                "anyOf": [_RESPONSES_MESSAGE, _FUNCTION_CALL, _FUNCTION_CALL_OUTPUT, _SKIPPED_ITEM]
             },
+        },
+    ]
+}
+RESPONSES_TOOL_CHOICE = {
+    "anyOf": [
+        {"enum": ["none", "auto", "required"]},
+        {
+            "type": "object",
+            "properties": {"type": {"const": "function"}, "name": {"type": "string"}},
+            "required": ["type", "name"],
+        },
+        {"type": "object", "properties": {"type": {"const": "file_search"}}, "required": ["type"]},
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "allowed_tools"},
+                "mode": {"enum": ["auto", "required"]},
+                "tools": {"type": "array", "items": ANY_OBJECT},
+            },
+            "required": ["type", "mode", "tools"],
         },
     ]
 }

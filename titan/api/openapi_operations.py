@@ -22,6 +22,7 @@ from titan.api.openapi_bodies import (
     KEY_NAME,
     PAGE,
     RESPONSES_INPUT,
+    RESPONSES_TOOL_CHOICE,
     SEARCH_BODY,
     STORE_BODY,
     STORE_FILE_BODY,
@@ -36,7 +37,7 @@ from titan.protocol import (
     ModelList,
 )
 from titan.service.admin import CreateKeyBody
-from titan.service.responses import ResponsesBody
+from titan.service.response_body import INCLUDABLE, ResponsesBody
 
 # A JSON Schema, or a pydantic model whose validation schema is used.
 Schema = dict[str, Any] | type[BaseModel]
@@ -105,6 +106,10 @@ _STEERING = (
     Param("x-titan-timings", {"enum": ["1"]}, "header", "Per-step timings in the answer."),
     Param("x-request-id", {"type": "string", "maxLength": 128}, "header"),
 )  # fmt: skip
+_INCLUDE_LIST = {"type": "array", "items": {"enum": list(INCLUDABLE)}}
+_INCLUDE = Param(
+    "include", _INCLUDE_LIST, description="Extra output (file_search_call.results honoured)."
+)
 _TTL = Param("ttl_s", {"type": "number", "exclusiveMinimum": 0}, description="Expiry in seconds.")
 _JOB_STATES = ["queued", "running", "succeeded", "failed", "dead_letter", "cancelled", "expired"]
 _STATUS = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
@@ -153,10 +158,22 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "responses",
         body=ResponsesBody,
         params=_STEERING,
-        body_properties={"input": RESPONSES_INPUT},
+        body_properties={
+            "input": RESPONSES_INPUT,
+            "tool_choice": RESPONSES_TOOL_CHOICE,
+            "include": _INCLUDE_LIST,
+        },
     ),
-    ("GET", "/v1/responses/{response_id}"): Operation("A stored response.", "responses"),
+    ("GET", "/v1/responses/{response_id}"): Operation(
+        "A stored response.", "responses", params=(_INCLUDE,)
+    ),
     ("DELETE", "/v1/responses/{response_id}"): Operation("Delete a response.", "responses"),
+    ("GET", "/v1/responses/{response_id}/input_items"): Operation(
+        "The items a stored response answered (its conversation before its output).",
+        "responses",
+        params=(*_paging(), _INCLUDE),
+        answer=PAGE,
+    ),
     # ---- agent state -------------------------------------------------------------------------
     ("GET", "/v1/agents/{agent_id}/state"): Operation("An agent's state document.", "agents"),
     ("PUT", "/v1/agents/{agent_id}/state"): Operation(

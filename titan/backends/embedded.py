@@ -21,11 +21,7 @@ from titan.backends.embedded_convert import (
     finish_reason,
 )
 from titan.backends.embedded_jobs import ChoiceResult, Job, chat_jobs, completion_jobs, usage_of
-from titan.backends.embedded_tool_parser import (
-    FORCED_MODES,
-    choice_message,
-    tool_finish_reason,
-)
+from titan.backends.embedded_tool_parser import choice_message, tool_finish_reason
 from titan.backends.embedded_tool_stream import ToolCallStream
 from titan.backends.embedded_tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
@@ -303,9 +299,8 @@ class EmbeddedBackend:
                 deltas = tool_stream.feed(output.text)
                 if reason:
                     deltas += tool_stream.finish()
-                    reason = tool_finish_reason(
-                        reason, tool_stream.num_calls > 0, is_forced=plan.mode in FORCED_MODES
-                    )
+                    calls = tool_stream.num_calls > 0
+                    reason = tool_finish_reason(reason, calls, is_forced=plan.is_forced)
                 if not (deltas or output.logprobs or reason):
                     continue  # text held back (a possible stop string or tool call, half a char)
                 logprobs = chat_logprobs(output.logprobs or ()) if request.logprobs else None

@@ -107,9 +107,6 @@ def parse_forced_calls(text: str, plan: ToolPlan) -> list[ToolCall]:
     return calls[: plan.max_calls] if plan.max_calls else calls
 
 
-FORCED_MODES = ("required", "named")
-
-
 def tool_finish_reason(reason: str | None, has_calls: bool, is_forced: bool = False) -> str | None:
     """OpenAI's "tool_calls" when the model stopped after calling; "length" stays "length",
     except for a forced call, whose JSON is read only when whole (the engine closes it before
@@ -130,4 +127,4 @@ def choice_message(plan: ToolPlan, text: str, reason: str | None) -> tuple[ChatM
         calls = parse_forced_calls(text, plan)
         content = None if calls else text
     message = ChatMessage(content=content, tool_calls=calls or None)
-    return message, tool_finish_reason(reason, bool(calls), is_forced=plan.mode in FORCED_MODES)
+    return message, tool_finish_reason(reason, bool(calls), is_forced=plan.is_forced)

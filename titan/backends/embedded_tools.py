@@ -61,6 +61,11 @@ class ToolPlan:
     max_parallel_calls: int = 8  # "required" with parallel calls: the most a reply may hold
 
     @property
+    def is_forced(self) -> bool:
+        """Constrained to calls: the reply is read as calls only, never as content."""
+        return self.mode in ("required", "named")
+
+    @property
     def parameters(self) -> dict[str, dict[str, Any]]:
         """Each tool's parameters schema, by name."""
         return {

@@ -2,7 +2,8 @@
 
 Each stored response keeps the whole conversation up to and including its own output, so a
 ``previous_response_id`` continues it with one read, whatever its length; trimming to the window
-happens per request and never changes what is stored.
+happens per request and never changes what is stored. The messages are chat messages that carry
+their Responses items' ids (titan/service/response_items.py reads and writes them).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from titan.errors import InvalidRequestError, NotFoundError
+from titan.errors import NotFoundError
 from titan.storage.base import DocumentStore
 
 NAMESPACE = "responses"
@@ -39,56 +40,6 @@ class History:
 
 def new_response_id() -> str:
     return f"resp_{uuid.uuid4().hex}"
-
-
-def input_messages(input_value: Any) -> list[dict[str, Any]]:
-    """The Responses API's ``input`` (a string, or items) as chat messages."""
-    if isinstance(input_value, str):
-        return [{"role": "user", "content": input_value}]
-    if not isinstance(input_value, list) or not input_value:
-        raise InvalidRequestError(
-            "Invalid 'input': give a string or a non-empty list of message items.", param="input"
-        )
-    messages = []
-    for index, item in enumerate(input_value):
-        if not isinstance(item, Mapping) or item.get("type", "message") != "message":
-            raise InvalidRequestError(
-                f"Invalid 'input[{index}]': only message items ({{'role', 'content'}}) are "
-                "supported.",
-                param=f"input[{index}]",
-            )
-        role = item.get("role")
-        if role not in ("user", "assistant", "system", "developer"):
-            raise InvalidRequestError(
-                f"Invalid 'input[{index}].role' {role!r}: use user, assistant, system or "
-                "developer.",
-                param=f"input[{index}].role",
-            )
-        messages.append({"role": "system" if role == "developer" else role,
-                         "content": _text(item.get("content"), index)})  # fmt: skip
-    return messages
-
-
-def _text(content: Any, index: int) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, Mapping) and part.get("type") in (
-                "input_text", "output_text", "text",
-            ):  # fmt: skip
-                texts.append(str(part.get("text", "")))
-            else:
-                raise InvalidRequestError(
-                    f"Invalid 'input[{index}].content': only text parts are supported.",
-                    param=f"input[{index}].content",
-                )
-        return "".join(texts)
-    raise InvalidRequestError(
-        f"Invalid 'input[{index}].content': give a string or text parts.",
-        param=f"input[{index}].content",
-    )
 
 
 class Conversations:
@@ -130,11 +81,19 @@ class Conversations:
         }
         await self.documents.put(NAMESPACE, self._id(tenant, response["id"]), document)
 
-    async def get(self, tenant: str, response_id: str) -> dict[str, Any]:
+    async def _stored(self, tenant: str, response_id: str) -> dict[str, Any]:
         stored = await self.documents.get(NAMESPACE, self._id(tenant, response_id))
         if stored is None:
             raise NotFoundError(f"No response with id '{response_id}'.", param="response_id")
-        return dict(stored["response"])
+        return stored
+
+    async def get(self, tenant: str, response_id: str) -> dict[str, Any]:
+        return dict((await self._stored(tenant, response_id))["response"])
+
+    async def messages(self, tenant: str, response_id: str) -> list[dict[str, Any]]:
+        """The stored conversation up to and including the response's own answer (its last
+        message)."""
+        return list((await self._stored(tenant, response_id))["messages"])
 
     async def delete(self, tenant: str, response_id: str) -> None:
         if not await self.documents.delete(NAMESPACE, self._id(tenant, response_id)):

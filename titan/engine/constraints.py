@@ -147,6 +147,18 @@ class GrammarCache:
                 self._grammars.popitem(last=False)
         return grammar
 
+    def check_room(self, structured: StructuredOutput, max_tokens: int, closer: GrammarCloser):
+        """A 400 naming max_tokens when the shortest output found that satisfies ``structured``
+        is longer than ``max_tokens`` (and the spec's own 400 when it does not compile)."""
+        needed = self.new_state(structured).minimum_tokens(closer)
+        if needed is not None and needed > max_tokens:
+            raise InvalidRequestError(
+                f"max_tokens is {max_tokens}, but the shortest output that satisfies this "
+                f"{structured.param} takes {needed} tokens: raise max_tokens to at least "
+                f"{needed}.",
+                param="max_tokens",
+            )
+
     def new_state(
         self, structured: StructuredOutput, closer: GrammarCloser | None = None
     ) -> ConstraintState:

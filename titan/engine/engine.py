@@ -152,20 +152,8 @@ class Engine:
                 param="messages",
             )
         if params.structured is not None:
-            self.grammars.compile(params.structured)  # a bad schema is a 400 before any work
-            self._check_room_for(params)
-
-    def _check_room_for(self, params: SamplingParams) -> None:
-        """A constrained output that cannot end within max_tokens is refused before it runs."""
-        state = self.grammars.new_state(params.structured)  # type: ignore[arg-type]
-        needed = state.minimum_tokens(self.closer)
-        if needed is not None and needed > params.max_tokens:
-            raise InvalidRequestError(
-                f"max_tokens is {params.max_tokens}, but the shortest output that satisfies "
-                f"this {params.structured.param} takes {needed} tokens: raise max_tokens to at "  # type: ignore[union-attr]
-                f"least {needed}.",
-                param="max_tokens",
-            )
+            # A bad spec, or a max_tokens no valid output fits, is a 400 before any work.
+            self.grammars.check_room(params.structured, params.max_tokens, self.closer)
 
     def add_request(
         self,

@@ -1,32 +1,52 @@
 """The Responses API over the pipeline: a stored conversation continued by
-``previous_response_id``, trimmed to the model's window by tokens, run as a chat completion
-(auth, cache, admission and routing included), answered as a Response object or its stream of
-events, and stored for the next turn."""
+``previous_response_id`` (or sent whole, tool calls and results included), trimmed to the
+model's window by tokens, run as a chat completion with the request's function tools (auth,
+cache, admission and routing included), answered as a Response object or its stream of events,
+and stored for the next turn and for GET .../input_items. The body is response_body.py's, the
+tools response_tools.py's, the items response_items.py's, the events response_stream.py's."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from pydantic import Field, ValidationError
 
-from titan.config import Settings
-from titan.context.conversations import Conversations, History, input_messages
+from titan.context.conversations import Conversations, History
 from titan.context.trimming import Trimmed, trim, turns
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, ClientRequest, answer_bytes
 from titan.service.rag import RagService
+from titan.service.response_body import (
+    LOGPROBS,
+    ResponsesBody,
+    chat_options,
+    check_include,
+    parse_body,
+)
+from titan.service.response_items import (
+    answer_message,
+    counted_messages,
+    input_messages,
+    items_page,
+    newest_user_text,
+    prompt_messages,
+    stored_items,
+    transcript_line,
+)
 from titan.service.response_objects import (
-    EventWriter,
-    citations,
+    answer_items,
     file_search_item,
-    response_item_id,
+    presented,
     response_object,
     sources_prompt,
 )
+from titan.service.response_stream import ResponseStream
+from titan.service.response_tools import ToolPlan, plan_tools
+
+__all__ = ["ResponsesBody", "ResponsesService", "chat_request", "parse_body"]
 
 # Prompt tokens kept free besides max_output_tokens (the template's closing tokens, slack).
 RESERVE_TOKENS = 16
@@ -40,37 +60,16 @@ DEFAULT_SOURCES = 5
 @dataclass(frozen=True)
 class Prepared:
     """A Responses request made ready: the caller's tenant, the conversation with its new input,
-    the trimmed prompt, the chat completion to run and the file_search sources."""
+    the trimmed prompt, the chat completion to run, its tools, and the file_search that ran
+    (its sources and its output item)."""
 
     tenant: str
     history: History
     trimmed: Trimmed
     request: ClientRequest
+    tools: ToolPlan
     sources: list[dict]
-
-
-class ResponsesBody(Settings):
-    model_config = Settings.model_config | {"extra": "ignore"}  # e.g. include, truncation
-    model: str | None = None
-    input: Any
-    instructions: str | None = None
-    previous_response_id: str | None = None
-    store: bool = True
-    stream: bool = False
-    max_output_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    metadata: dict[str, str] = Field(default_factory=dict)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
-
-
-def parse_body(data: Mapping[str, Any]) -> ResponsesBody:
-    try:
-        return ResponsesBody.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
+    search: dict[str, Any] | None
 
 
 class ResponsesService:
@@ -83,15 +82,22 @@ class ResponsesService:
     ) -> Prepared:
         tenant = await self.pipeline.gate.auth.tenant_for(api_key)
         model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
+        tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
         earlier = await self.conversations.continued(tenant, body.previous_response_id)
-        turn = input_messages(body.input)
-        history = earlier.extended(*turn)
+        history = earlier.extended(*input_messages(body.input))
         conversation = history.messages
         system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-        sources = await self._file_search(tenant, body.tools, turn[-1]["content"])
+        query = newest_user_text(conversation)
+        sources = await self._file_search(tenant, tools.file_search, query)
+        search = file_search_item(sources, query) if tools.file_search else None
         if sources:
             system.append({"role": "system", "content": sources_prompt(sources)})
-        count = self.pipeline.prompt_token_counter(model.id)
+        count_tokens = self.pipeline.prompt_token_counter(model.id)
+        described = tools.chat.get("tools") if tools.chat.get("tool_choice") != "none" else None
+
+        def count(messages: list[dict[str, Any]]) -> int:
+            return int(count_tokens(counted_messages(messages, tools=described)))
+
         output_tokens = body.max_output_tokens or DEFAULT_OUTPUT_TOKENS
         if model.max_model_len:
             context = self.pipeline.config.context
@@ -99,6 +105,14 @@ class ResponsesService:
             target = int(budget * (1 - context.trim_headroom))
             trimmed = trim(system + conversation, count, budget,
                            keep_dropped=history.dropped, target=target)  # fmt: skip
+            if trimmed.num_dropped_messages and body.truncation == "disabled":
+                raise InvalidRequestError(
+                    f"The conversation does not fit the model's window ({trimmed.num_dropped_turns}"
+                    " turns would be left out) and 'truncation' is 'disabled'. Set 'truncation' to "
+                    "'auto' to trim the oldest turns.",
+                    param="input",
+                    code="context_length_exceeded",
+                )
             history = replace(history, dropped=trimmed.num_dropped_messages)
             if trimmed.num_dropped_messages and context.summary_model:
                 trimmed, history = await self._summarized(
@@ -106,17 +120,12 @@ class ResponsesService:
                 )
         else:  # an upstream that does not say its window: nothing to trim against
             trimmed = Trimmed(system + conversation, count(system + conversation), 0, 0)
-        chat = {"model": model.id, "messages": trimmed.messages, "stream": body.stream}
-        optional = {
-            "max_tokens": body.max_output_tokens,
-            "temperature": body.temperature,
-            "top_p": body.top_p,
-        }
-        chat |= {k: v for k, v in optional.items() if v is not None}
+        chat = {"model": model.id, "messages": prompt_messages(trimmed.messages),
+                "stream": body.stream, **chat_options(body), **tools.chat}  # fmt: skip
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
         request = chat_request(chat, api_key, client_host, headers)
-        return Prepared(tenant, history, trimmed, request, sources)
+        return Prepared(tenant, history, trimmed, request, tools, sources, search)
 
     async def _summarized(
         self,
@@ -156,7 +165,7 @@ class ResponsesService:
         client_host: str | None,
     ) -> str:
         """The running summary, extended with ``messages``, written by the configured model."""
-        transcript = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        transcript = "\n".join(transcript_line(m) for m in messages)
         earlier = f"Summary so far: {summary}\n\n" if summary else ""
         prompt = (
             f"{earlier}More of the conversation:\n{transcript}\n\nWrite a short summary of "
@@ -173,24 +182,12 @@ class ResponsesService:
         return str(answer["choices"][0]["message"].get("content") or "").strip()
 
     async def _file_search(self, tenant: str, tools: list[dict], query: str) -> list[dict]:
-        """The file_search tool: the best chunks of the named vector stores for the newest
-        input, which the model is given with numbered source markers."""
+        """The file_search tools: the best chunks of the named vector stores for the newest
+        user input, which the model is given with numbered source markers."""
         stores: list[str] = []
         limit, ranking = DEFAULT_SOURCES, None
-        for index, tool in enumerate(tools):
-            if tool.get("type") != "file_search":
-                raise InvalidRequestError(
-                    f"Unsupported tool {tool.get('type')!r} in 'tools[{index}]': /v1/responses "
-                    "supports file_search.",
-                    param=f"tools[{index}]",
-                )
-            ids = tool.get("vector_store_ids")
-            if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-                raise InvalidRequestError(
-                    f"'tools[{index}].vector_store_ids' must list vector store ids.",
-                    param=f"tools[{index}].vector_store_ids",
-                )
-            stores += ids
+        for tool in tools:
+            stores += tool["vector_store_ids"]
             limit = tool.get("max_num_results") or limit
             ranking = tool.get("ranking_options", ranking)
         if not stores:
@@ -207,91 +204,70 @@ class ResponsesService:
     ) -> tuple[dict[str, Any] | AsyncIterator[bytes], dict[str, str]]:
         body = parse_body(data)
         prepared = await self._prepare(body, api_key, client_host, headers)
-        trimmed, sources = prepared.trimmed, prepared.sources
+        trimmed, sources, history = prepared.trimmed, prepared.sources, prepared.history
         response_headers = {
             TRIMMED_HEADER: f"turns={trimmed.num_dropped_turns};"
             f"messages={trimmed.num_dropped_messages}"
         }
+        try:
+            if body.stream:
+                routed = await self.pipeline.stream(prepared.request)
+            else:
+                routed = await self.pipeline.complete(prepared.request)
+        except InvalidRequestError as exc:  # about a chat tool: say which Responses tool
+            raise prepared.tools.renamed(exc) from None
+        response_headers |= routed.headers
         if body.stream:
-            routed = await self.pipeline.stream(prepared.request)
-            response_headers |= routed.headers
-            return self._events(body, prepared, routed.value), response_headers
-        routed = await self.pipeline.complete(prepared.request)
+            stream = ResponseStream(
+                body, trimmed, sources, prepared.search, history.summarized,
+                self._saver(prepared) if body.store else None,
+            )  # fmt: skip
+            return stream.events(routed.value), response_headers
         answer = orjson.loads(answer_bytes(routed.value))
         choice = answer["choices"][0]
-        text = choice["message"].get("content") or ""
+        search = [prepared.search] if prepared.search is not None else []
+        output = search + answer_items(choice, sources, LOGPROBS in body.includes)
         response = response_object(
-            body,
-            routed.model,
-            text,
-            choice.get("finish_reason"),
-            answer.get("usage"),
-            trimmed,
-            sources=sources,
-            summarized=prepared.history.summarized,
-        )
-        if body.store:
-            answered = prepared.history.extended({"role": "assistant", "content": text})
-            await self.conversations.save(prepared.tenant, response, answered)
-        return response, response_headers | routed.headers
-
-    async def _events(
-        self, body: ResponsesBody, prepared: Prepared, chunks: AsyncIterator[Any]
-    ) -> AsyncIterator[bytes]:
-        trimmed, sources, history = prepared.trimmed, prepared.sources, prepared.history
-        response = response_object(body, body.model or "", "", None, None, trimmed)
-        response["status"], response["output"] = "in_progress", []
-        item_id = response_item_id()
-        stream = EventWriter()
-        yield stream.event("response.created", response=response)
-        yield stream.event("response.in_progress", response=response)
-        position = 0
-        if sources:  # the search already ran: its item comes first, done
-            search = file_search_item(sources)
-            yield stream.event("response.output_item.added", output_index=0, item=search)
-            yield stream.event("response.output_item.done", output_index=0, item=search)
-            position = 1
-        item = {"type": "message", "id": item_id, "status": "in_progress", "role": "assistant",
-                "content": []}  # fmt: skip
-        yield stream.event("response.output_item.added", output_index=position, item=item)
-        part = {"type": "output_text", "text": "", "annotations": []}
-        where = {"item_id": item_id, "output_index": position, "content_index": 0}
-        yield stream.event("response.content_part.added", **where, part=part)
-        texts, finish, usage, model = [], None, None, body.model or ""
-        async for chunk in chunks:
-            data = orjson.loads(answer_bytes(chunk))
-            model = data.get("model", model)
-            usage = data.get("usage") or usage
-            for choice in data.get("choices") or []:
-                delta = (choice.get("delta") or {}).get("content")
-                if delta:
-                    texts.append(delta)
-                    yield stream.event("response.output_text.delta", **where, delta=delta,
-                                       logprobs=[])  # fmt: skip
-                finish = choice.get("finish_reason") or finish
-        text = "".join(texts)
-        yield stream.event("response.output_text.done", **where, text=text, logprobs=[])
-        annotations = citations(sources, len(text))
-        done_part = {**part, "text": text, "annotations": annotations}
-        yield stream.event("response.content_part.done", **where, part=done_part)
-        ids = {"item_id": item_id, "response_id": response["id"]}
-        final = response_object(
-            body, model, text, finish, usage, trimmed, **ids, created_at=response["created_at"],
-            sources=sources, summarized=history.summarized,
+            body, routed.model, output, choice.get("finish_reason"), answer.get("usage"),
+            trimmed, summarized=history.summarized,
         )  # fmt: skip
-        message = final["output"][-1]
         if body.store:
-            # Stored before the last events: a client that has them may continue at once (on
-            # another replica, perhaps), or hang up, which would end this generator here.
-            answered = history.extended({"role": "assistant", "content": text})
-            await self.conversations.save(prepared.tenant, final, answered)
-        yield stream.event("response.output_item.done", output_index=position, item=message)
-        done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-        yield stream.event(done, response=final)
+            await self._saver(prepared)(response)
+        return presented(response, body.includes), response_headers
 
-    async def get(self, response_id: str, api_key: str | None) -> dict[str, Any]:
+    def _saver(self, prepared: Prepared) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """Stores a finished response with its conversation, answer included."""
+
+        async def save(response: dict[str, Any]) -> None:
+            answered = prepared.history.extended(answer_message(response["output"]))
+            await self.conversations.save(prepared.tenant, response, answered)
+
+        return save
+
+    async def get(
+        self, response_id: str, api_key: str | None, include: list[str] | None = None
+    ) -> dict[str, Any]:
+        includes = check_include(include)
         tenant = await self.pipeline.gate.auth.tenant_for(api_key)
-        return await self.conversations.get(tenant, response_id)
+        return presented(await self.conversations.get(tenant, response_id), includes)
+
+    async def input_items(
+        self,
+        response_id: str,
+        api_key: str | None,
+        *,
+        order: str = "desc",
+        after: str | None = None,
+        limit: int = 20,
+        include: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """The items the response answered: the conversation before its output (the turns of
+        the responses it continues too), newest first unless ``order`` is "asc"."""
+        check_include(include)  # nothing listed here has what they add
+        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
+        messages = await self.conversations.messages(tenant, response_id)
+        items = stored_items(messages[:-1], response_id)  # the last message is its answer
+        return items_page(items, order=order, after=after, limit=limit)
 
     async def delete(self, response_id: str, api_key: str | None) -> dict[str, Any]:
         tenant = await self.pipeline.gate.auth.tenant_for(api_key)

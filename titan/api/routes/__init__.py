@@ -34,6 +34,11 @@ def all_routes() -> list[BaseRoute]:
         Route("/v1/responses", responses.create_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", responses.retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", responses.delete_response, methods=["DELETE"]),
+        Route(
+            "/v1/responses/{response_id}/input_items",
+            responses.list_input_items,
+            methods=["GET"],
+        ),
         Route("/v1/agents/{agent_id}/state", agents.get_state, methods=["GET"]),
         Route("/v1/agents/{agent_id}/state", agents.put_state, methods=["PUT"]),
         Route("/v1/agents/{agent_id}/state", agents.patch_state, methods=["PATCH"]),
