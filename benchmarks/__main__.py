@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -32,38 +33,39 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.output, section, module.BENCHMARK)
         return 0
     if args.name == "constrained":
-        return _constrained(args, command)
-    from benchmarks import llamacpp, llamacpp_report
+        from benchmarks import constrained
 
-    settings = llamacpp.Settings.quick() if args.quick else llamacpp.Settings()
-    with tempfile.TemporaryDirectory(prefix="titan-bench-") as work:
-        results = llamacpp.run(settings, Path(work), say=lambda text: print(text, flush=True))
-    out_dir = args.output.parent / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = json_path_for(out_dir, llamacpp_report.BENCHMARK)
-    json_path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    section = llamacpp_report.render_markdown(results, command, json_path.name)
+        settings = constrained.Settings.quick() if args.quick else constrained.Settings()
+        results = _served(constrained.run, settings)
+        json_path = _save_json(args.output, constrained.BENCHMARK, results)
+        section = constrained.render_markdown(results, command)
+        name = constrained.BENCHMARK
+    else:
+        from benchmarks import llamacpp, llamacpp_report
+
+        settings = llamacpp.Settings.quick() if args.quick else llamacpp.Settings()
+        results = _served(llamacpp.run, settings)
+        json_path = _save_json(args.output, llamacpp_report.BENCHMARK, results)
+        section = llamacpp_report.render_markdown(results, command, json_path.name)
+        name = llamacpp_report.BENCHMARK
     print(section)
     if not args.quick:
-        write_section(args.output, section, llamacpp_report.BENCHMARK)
+        write_section(args.output, section, name)
     return 0
 
 
-def _constrained(args: argparse.Namespace, command: str) -> int:
-    from benchmarks import constrained
-
-    settings = constrained.Settings.quick() if args.quick else constrained.Settings()
+def _served(run: Callable[..., dict], settings: object) -> dict:
+    """A benchmark that starts servers, run in a work folder of its own."""
     with tempfile.TemporaryDirectory(prefix="titan-bench-") as work:
-        results = constrained.run(settings, Path(work), say=lambda text: print(text, flush=True))
-    out_dir = args.output.parent / "out"
+        return run(settings, Path(work), say=lambda text: print(text, flush=True))
+
+
+def _save_json(output: Path, benchmark: str, results: dict) -> Path:
+    out_dir = output.parent / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = json_path_for(out_dir, constrained.BENCHMARK)
+    json_path = json_path_for(out_dir, benchmark)
     json_path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    section = constrained.render_markdown(results, command)
-    print(section)
-    if not args.quick:
-        write_section(args.output, section, constrained.BENCHMARK)
-    return 0
+    return json_path
 
 
 if __name__ == "__main__":

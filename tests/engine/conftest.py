@@ -23,6 +23,12 @@ def tokenizer(hf_dir: Path) -> Tokenizer:
     return Tokenizer(hf_dir, (2,), 1)
 
 
+def chat(engine: Engine, text: str) -> list[int]:
+    """One user message in the model's chat template, as token ids."""
+    tokenizer = engine.tokenizer
+    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
+
+
 def run_engine(engine: Engine, prompts: dict[str, list[int]], params) -> dict[str, list[int]]:
     """Add all prompts at once, step until every request (theirs and any already added) is done;
     request id -> generated token ids, for the given prompts."""

@@ -10,6 +10,7 @@ import re
 import jsonschema
 import pytest
 
+from tests.engine.conftest import chat
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import FinishReason
@@ -81,11 +82,6 @@ def engine() -> Engine:
     engine = Engine(EngineConfig(dtype="float32", num_threads=1))
     yield engine
     engine.close()
-
-
-def chat(engine: Engine, text: str) -> list[int]:
-    tokenizer = engine.tokenizer
-    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
 
 
 def minimum(engine: Engine, prompt: list[int], structured: StructuredOutput) -> int:

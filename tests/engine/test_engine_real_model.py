@@ -230,10 +230,26 @@ def test_requests_that_cannot_fit_are_refused_with_both_counts(tokenizer):
     assert not engine.has_unfinished
 
 
-def test_default_bfloat16_answers_like_float32(tokenizer):
-    """bfloat16 matmuls with a float32 residual stream stay close enough to float32 that greedy
-    answers to plain questions open the same way (a bfloat16 residual stream answered the first
-    question with "L'Étoile, la Marseillaise...")."""
+def _first_step(engine: Engine, prompts: dict[str, list[int]]) -> dict[str, dict[int, float]]:
+    """Each prompt's first-token logprobs: token id -> logprob, for the 5 most likely."""
+    params = SamplingParams(max_tokens=1, temperature=0, logprobs=5)
+    for request_id, prompt in prompts.items():
+        engine.add_request(request_id, prompt, params)
+    found: dict[str, dict[int, float]] = {}
+    while engine.has_unfinished:
+        for output in engine.step():
+            if output.logprobs:
+                top = output.logprobs[0].top
+                found[output.request_id] = {entry.token_id: entry.logprob for entry in top}
+    return found
+
+
+def test_bfloat16_answers_like_float32(tokenizer):
+    """bfloat16 matmuls with a float32 residual stream stay close to float32: the first-token
+    distributions agree within 0.15 nats, and greedy answers open the same way wherever float32
+    decides clearly. (A bfloat16 residual stream answered the first question "L'Étoile, la
+    Marseillaise..."; with a float32 one, "The" leads "L" there by only 0.08 nats in float32, a
+    near-tie that bfloat16's rounding may flip on one CPU and not another.)"""
     questions = [
         "What is the capital of France?",
         "What is 2+2?",
@@ -245,12 +261,22 @@ def test_default_bfloat16_answers_like_float32(tokenizer):
         q: tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}]))
         for q in questions
     }
+    fp32_engine = Engine(EngineConfig(dtype="float32"))
+    bf16_engine = Engine(EngineConfig(dtype="bfloat16"))
+    fp32_first, bf16_first = _first_step(fp32_engine, prompts), _first_step(bf16_engine, prompts)
     greedy = SamplingParams(max_tokens=12, temperature=0)
-    fp32 = run_engine(Engine(EngineConfig(dtype="float32")), prompts, greedy)
-    bf16 = run_engine(Engine(EngineConfig(dtype="bfloat16")), prompts, greedy)
-    # Rounding still adds up over a long answer; the openings must agree.
-    assert {q: t[:4] for q, t in bf16.items()} == {q: t[:4] for q, t in fp32.items()}
-    assert "Paris" in tokenizer.decode(bf16[questions[0]])
+    fp32 = run_engine(fp32_engine, prompts, greedy)
+    bf16 = run_engine(bf16_engine, prompts, greedy)
+    clear = 0
+    for q in questions:
+        for token, logprob in fp32_first[q].items():
+            if token in bf16_first[q]:
+                assert abs(bf16_first[q][token] - logprob) < 0.15, (q, token)
+        best, second = sorted(fp32_first[q].values(), reverse=True)[:2]
+        if best - second > 0.3:  # float32 decides clearly: bfloat16 must open the same way
+            clear += 1
+            assert bf16[q][:4] == fp32[q][:4], q
+    assert clear >= 3
 
 
 def test_torch_sdpa_fallback_matches_the_kernel(tokenizer):

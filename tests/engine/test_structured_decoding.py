@@ -9,7 +9,7 @@ import re
 import jsonschema
 import pytest
 
-from tests.engine.conftest import run_engine
+from tests.engine.conftest import chat, run_engine
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import FinishReason
@@ -71,11 +71,6 @@ def engine() -> Engine:
     engine = Engine(EngineConfig(dtype="float32", num_threads=1))
     yield engine
     engine.close()
-
-
-def chat(engine: Engine, text: str) -> list[int]:
-    tokenizer = engine.tokenizer
-    return tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": text}]))
 
 
 def run(engine: Engine, prompts: dict[str, list[int]], params: SamplingParams):

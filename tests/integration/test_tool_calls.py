@@ -147,6 +147,34 @@ def test_streamed_forced_calls_assemble_into_the_same_call(
     assert_valid_call(call.function.name, call.function.arguments, {"get_weather"})
 
 
+def test_parallel_required_calls_stop_at_the_first_repeat(
+    client: openai.OpenAI, model: str
+) -> None:
+    # Greedy and forced to call its one tool, SmolLM2-135M writes the same call again and
+    # again (without the cut: 8 copies, the array's cap, ~180 tokens); the reply ends at the
+    # first repeat.
+    add = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {"type": "object", "properties": add, "required": ["a", "b"]},
+        },
+    }
+    reply = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "What is 2 + 3?"}], tools=[tool],
+        tool_choice="required", temperature=0, max_tokens=400,
+    )  # fmt: skip
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "add"
+    jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+    # One call is ~20 tokens and its repeat as many: the tokens stop there.
+    assert reply.usage.completion_tokens <= 60
+
+
 def test_a_tool_result_in_the_history_renders_and_is_answered(
     client: openai.OpenAI, model: str, named: Any
 ) -> None:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
+from titan.backends.embedded_call_cut import cut_repeated_calls
 from titan.backends.embedded_choices import (
     beam_search_options,
     best_choices,
@@ -175,7 +176,8 @@ class EmbeddedBackend:
             job.request_id, job.prompt_token_ids, job.params, priority=job.priority, **options
         )
         async with closing_stream(stream):
-            async for output in stream:
+            outputs = cut_repeated_calls(stream) if job.cuts_repeated_calls else stream
+            async for output in outputs:
                 yield output
                 if output.is_finished:
                     return

@@ -37,6 +37,8 @@ class Job:
     priority: int = 0
     # n > 1: the job of the same prompt whose prompt KV this one forks (computed once).
     share_prompt_with: str | None = None
+    # A forced "required" reply with parallel calls: cut at the first repeated call.
+    cuts_repeated_calls: bool = False
 
 
 @dataclass
@@ -109,6 +111,7 @@ def chat_jobs(
             ),
             priority=request.priority,
             share_prompt_with=f"{request_id}-0" if i else None,
+            cuts_repeated_calls=plan.mode == "required" and plan.is_parallel,
         )
         for i in range(request.n)
     ]

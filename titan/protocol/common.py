@@ -13,6 +13,18 @@ MAX_N = 128
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def list_object(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """OpenAI's page of a list endpoint: {"object": "list", "data", "first_id", "last_id",
+    "has_more"}."""
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
 def make_id(prefix: str) -> str:
     """An OpenAI-style object id such as ``chatcmpl-3f2a...``."""
     return f"{prefix}-{uuid.uuid4().hex}"

@@ -23,6 +23,7 @@ from titan.jobs.batches import Batches
 from titan.jobs.models import ENDPOINTS, Owner, job_from_request, public_job
 from titan.jobs.worker import JobWorker, RetryPolicy
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
+from titan.protocol.common import list_object
 from titan.service.pipeline import Pipeline
 from titan.storage.base import JOB_STATES, Job, JobQueue
 from titan.storage.outage_log import OutageLog
@@ -128,13 +129,7 @@ class JobsService:
         jobs = await self.queue.list(tenant, state=status, batch_id=batch_id, limit=limit + 1,
                                      after=after)  # fmt: skip
         data = [public_job(job) for job in jobs[:limit]]
-        return {
-            "object": "list",
-            "data": data,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-            "has_more": len(jobs) > limit,
-        }
+        return list_object(data, has_more=len(jobs) > limit)
 
     async def cancel(self, job_id: str, api_key: str | None) -> dict[str, Any]:
         """A queued job is cancelled at once; a running one stops at once on this replica, or

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from titan.errors import InvalidRequestError
+from titan.protocol.common import list_object
 
 Message = dict[str, Any]
 Item = dict[str, Any]
@@ -340,10 +341,4 @@ def items_page(
             )
         ordered = ordered[ids.index(after) + 1 :]
     data = ordered[:limit]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(ordered) > limit,
-    }
+    return list_object(data, has_more=len(ordered) > limit)
