@@ -12,7 +12,9 @@ from titan.cache.response_cache import ResponseCache
 from titan.config.cache import CacheConfig
 from titan.storage.memory_cache import MemoryCache
 
-SEMANTIC = CacheConfig(semantic=True, threshold=0.9, ttl_s=60, max_entries=3)
+# A fixed threshold, no error budget: a near question is served at once.
+FIXED = {"enabled": True, "max_error_rate": None}
+SEMANTIC = CacheConfig(semantic=FIXED, threshold=0.9, ttl_s=60, max_entries=3)
 
 
 class FakeEmbedder:

@@ -16,6 +16,10 @@ from tests.integration.test_admission import MASTER, create_key
 QUESTION = "What is the best way to learn to play the guitar as an adult?"
 
 
+# A fixed threshold, no error budget: a near question is served at once.
+FIXED = {"enabled": True, "max_error_rate": None}
+
+
 def cache_config(**cache) -> dict:
     return {
         "models": [{"name": "sim", "deployments": [{"backend": "simulated"}]}],
@@ -124,7 +128,7 @@ def test_tenants_never_share_entries():
 
 @pytest.mark.slow
 def test_paraphrases_hit_by_meaning_and_guarded_near_misses_do_not():
-    with running_titan(cache_config(semantic=True)) as titan:
+    with running_titan(cache_config(semantic=FIXED)) as titan:
         assert ask(titan).headers["x-titan-cache"] == "miss"
         paraphrase = ask(titan, "What's the best way for an adult to learn to play the guitar?")
         assert paraphrase.headers["x-titan-cache"] == "hit-semantic"
@@ -135,10 +139,38 @@ def test_paraphrases_hit_by_meaning_and_guarded_near_misses_do_not():
         assert negated.headers["x-titan-cache"] == "miss"
 
 
+@pytest.mark.slow
+def test_under_an_error_budget_a_near_question_is_verified_before_any_is_served():
+    # The defaults: max_error_rate 0.01. A cold cache serves no semantic hit; the near question
+    # runs the model, and the two answers are compared (the simulated model answers each
+    # request with other words: they disagree).
+    with running_titan(cache_config(semantic=True)) as titan:
+        assert ask(titan).headers["x-titan-cache"] == "miss"
+        paraphrase = ask(titan, "What's the best way for an adult to learn to play the guitar?")
+        assert paraphrase.headers["x-titan-cache"] == "miss"
+        admin = {"Authorization": f"Bearer {MASTER}"}
+        stats = {}
+        for _ in range(50):  # the comparison runs after the response, in the background
+            stats = httpx.get(f"{titan}/admin/cache", headers=admin).json()
+            if stats["verified"]:
+                break
+            time.sleep(0.05)
+        assert stats["verified"] == {"disagreed": 1}
+        budget = stats["error_budget"]["sim"]
+        assert budget["threshold"] is None and budget["max_error_rate"] == 0.01
+        assert budget["verifications"] == 1 and budget["extra_model_calls"] == 0
+        # The entry's first verification: it could not have been served, so it teaches the entry
+        # (not eligible until one agrees) but not the model's estimate, which has no evidence.
+        assert budget["verified"] == 0 and budget["error_rate_upper_bound"] == 1.0
+        metrics = httpx.get(f"{titan}/metrics").text
+        assert 'titan_cache_semantic_verifications_total{model="sim"} 1.0' in metrics
+        assert 'titan_cache_semantic_error_bound{model="sim"} 1.0' in metrics
+
+
 @pytest.mark.redis
 @pytest.mark.slow
 def test_two_replicas_share_one_cache_on_redis(shared_redis: str):
-    config = cache_config(semantic=True)
+    config = cache_config(semantic=FIXED)
     config["storage"] = shared_redis
     question = f"How do I reset the password of account {uuid.uuid4().hex[:6]}?"
     with running_titan(config) as first, running_titan(config) as second:

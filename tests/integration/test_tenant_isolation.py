@@ -29,7 +29,10 @@ def config() -> dict:
         "probes": {"enabled": False},
         "storage": "memory://",
         "auth": {"master_key": MASTER, "key_cache_s": 0},
-        "cache": {"exact": True, "semantic": True},  # B must hit neither
+        "cache": {
+            "exact": True,
+            "semantic": {"enabled": True, "max_error_rate": None},
+        },  # B must hit neither
         "jobs": {"workers": 0},  # A's job stays queued: B's cancel meets a live job
     }
 

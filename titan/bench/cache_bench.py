@@ -1,15 +1,13 @@
 """``titan bench cache``: what the response cache gets right, and what it costs per request.
 
-Phases: (1) evaluation: Titan's semantic policy (cosine similarity of all-MiniLM-L6-v2
-embeddings >= the configured threshold, and the guards) against GPTCache's default (cosine >= 0.8
-alone) on the labeled pairs of tests/data, with the threshold `cache_eval.choose_threshold` would
-pick and both precision/recall curves as a PNG. (2) lookup latency: the real
-``ResponseCache.lookup`` (exact probe, embedding, index search, candidates' ``get``, guards) on a
-``MemoryCache`` whose one scope holds 10,000 and 100,000 semantic entries: random unit vectors,
-plus the labeled pairs' cached questions embedded for real, so that the pairs' queries find
-neighbours above the threshold and the guards run. (3) overheads in-process: an exact hit (keys,
-lookup, replay of the stored answer) and a miss (keys, lookup, storing the answer) minus the
-embedding time of the same calls.
+Phases: (1) quality (``cache_quality``): Titan's semantic matching (the threshold and the
+guards) against GPTCache's default (cosine >= 0.8 alone) on the training and held-out labeled
+sets of tests/data, with curves as a PNG; and the error budget against fixed thresholds on
+simulated traffic. (2) lookup latency: the real ``ResponseCache.lookup`` (exact probe,
+embedding, index search, candidates' ``get``, guards; fixed threshold, so that hits are served)
+on a ``MemoryCache`` whose one scope holds 10,000 and 100,000 semantic entries of random unit
+vectors plus the labeled questions embedded for real. (3) overheads in-process: an exact hit
+(keys, lookup, replay) and a miss (keys, lookup, storing the answer) beyond the embedding.
 
 The replay function comes in as an argument (``titan.service.cache_replay.replay_whole``, passed by
 the CLI): the layout rules keep ``titan.bench`` from importing ``titan.service``.
@@ -33,7 +31,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from titan.bench import cache_eval
+from titan.bench import cache_eval, cache_quality
+from titan.bench.cache_eval import TimedEmbedder
 from titan.bench.workload import percentile
 from titan.cache.index import BRUTE_FORCE_LIMIT
 from titan.cache.keys import request_keys
@@ -43,8 +42,8 @@ from titan.storage.base import CacheEntry
 from titan.storage.memory_cache import MemoryCache
 
 DEFAULT_OUTPUT = Path("bench/RESULTS.md")
-DEFAULT_PAIRS = Path(__file__).resolve().parents[2] / "tests/data/semantic_cache_pairs.jsonl"
 PNG_NAME = "cache-precision-recall.png"
+TRAFFIC_PNG_NAME = "cache-error-budget.png"
 TENANT, MODEL = "bench-tenant", "bench-model"
 SYSTEM_PROMPT = "You are the support assistant of an online shop. Answer briefly and precisely."
 FILL_CHUNK = 10_000  # filler entries generated, stored and indexed per batch
@@ -60,7 +59,10 @@ class CacheBenchSettings:
     pair_stride: int = 1  # every n-th labeled pair
     warmup: int = 20  # untimed lookups per size first
     seed: int = 0
-    pairs_path: str = str(DEFAULT_PAIRS)
+    data_dir: str = str(cache_quality.TESTS_DATA)  # the labeled sets (cache_quality.SETS)
+    traffic_requests: int = 10_000  # simulated requests per seed for the error budget
+    traffic_seeds: tuple[int, ...] = (0, 1, 2)
+    budgets: tuple[float, ...] = (0.01, 0.05)  # max_error_rate values simulated
     is_quick: bool = False
 
     @classmethod
@@ -68,7 +70,7 @@ class CacheBenchSettings:
         """Seconds per phase: a smoke run of everything (the test's)."""
         settings = cls(
             sizes=(1_000, 5_000), lookups=60, overhead_requests=60, pair_stride=4, warmup=5,
-            is_quick=True,
+            traffic_requests=1_000, traffic_seeds=(0,), is_quick=True,
         )  # fmt: skip
         return replace(settings, **overrides)
 
@@ -79,29 +81,7 @@ class CacheOutcome:
     markdown_path: Path
     json_path: Path
     png_path: Path
-
-
-class TimedEmbedder:
-    """The embedder as the cache uses it, timing each ``embed`` (its thread hop included)."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self._spent_s = 0.0
-
-    def encode(self, texts: list[str]) -> Any:
-        return self.inner.encode(texts)
-
-    async def embed(self, text: str) -> Any:
-        started = time.perf_counter()
-        try:
-            return await self.inner.embed(text)
-        finally:
-            self._spent_s += time.perf_counter() - started
-
-    def take(self) -> float:
-        """Seconds spent embedding since the last call."""
-        spent, self._spent_s = self._spent_s, 0.0
-        return spent
+    traffic_png_path: Path
 
 
 def chat_body(question: str) -> dict[str, Any]:
@@ -136,16 +116,29 @@ def _stats(seconds: Sequence[float]) -> dict[str, float | int | None]:
 # ---- (1) evaluation ------------------------------------------------------------------------
 
 
-def run_evaluation(pairs: Sequence[cache_eval.Pair], encoder: Any, png: Path) -> dict[str, Any]:
+def run_quality(
+    settings: CacheBenchSettings, encoder: Any, png: Path, traffic_png: Path, progress: Progress
+) -> tuple[dict[str, Any], list[cache_eval.Pair]]:
+    """The labeled sets and the simulated traffic (``cache_quality``); the pairs whose
+    questions the latency phase uses (the project's and the held-out ones)."""
+    from titan.cache.error_budget import ErrorBudget
     from titan.cache.guards import refusal
 
-    configured = CacheConfig().threshold
-    result = cache_eval.evaluate(pairs, encoder, refusal, configured_threshold=configured)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    cache_eval.plot_curves(result, png)
-    kinds = sorted({str(pair["kind"]) for pair in pairs})
-    result["kinds"] = {k: sum(pair["kind"] == k for pair in pairs) for k in kinds}
-    return result
+    folder = Path(settings.data_dir)
+    sets = {
+        name: cache_eval.load_pairs(folder / file)[:: settings.pair_stride]
+        for name, file in cache_quality.SETS.items()
+    }
+    progress("evaluating " + ", ".join(f"{len(p)} {name}" for name, p in sets.items()) + " pairs")
+    config = CacheConfig()
+    quality = cache_quality.evaluate_sets(sets, encoder, refusal, config.threshold, png)
+    progress(f"simulating {settings.traffic_requests:,} requests x {len(settings.traffic_seeds)}")
+    quality["traffic"] = cache_quality.run_traffic(
+        sets, encoder, refusal, ErrorBudget, config.semantic,
+        num_requests=settings.traffic_requests, seeds=settings.traffic_seeds,
+        budgets=settings.budgets, png=traffic_png,
+    )  # fmt: skip
+    return quality, sets["project"] + sets["heldout"]
 
 
 # ---- (2) latency and (3) overheads ----------------------------------------------------------
@@ -174,7 +167,9 @@ async def build_cache(
     the pipeline stores an answer); returns it, its config and the seconds the build took."""
     started = time.perf_counter()
     cached = sorted({str(pair["cached"]) for pair in pairs})
-    config = CacheConfig(semantic=True, max_entries=size + len(cached) + 100_000)
+    config = CacheConfig(
+        semantic={"enabled": True, "max_error_rate": None}, max_entries=size + len(cached) + 100_000
+    )
     cache = ResponseCache(MemoryCache(), embedder=embedder)  # type: ignore[arg-type]
     scope = _keys("what is this about").scope
     await _fill(cache, scope, size, config, seed)  # type: ignore[arg-type]
@@ -342,9 +337,7 @@ def run_cache_bench(
 
     load_average_before = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    pairs = cache_eval.load_pairs(settings.pairs_path)[:: settings.pair_stride]
-    progress(f"evaluating {len(pairs)} labeled pairs")
-    evaluation = run_evaluation(pairs, embedder, png)
+    quality, pairs = run_quality(settings, embedder, png, png.parent / TRAFFIC_PNG_NAME, progress)
     timed = TimedEmbedder(embedder)
     sizes = asyncio.run(run_sizes(settings, timed, pairs, replay, progress))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
@@ -357,7 +350,7 @@ def run_cache_bench(
             "versions": versions(embedder),
             "png": str(png),
         },
-        "evaluation": evaluation,
+        **quality,
         "sizes": sizes,
     }
     results["targets"] = targets(results)
@@ -374,7 +367,8 @@ def bench_cache(
     progress: Progress = lambda message: None,
 ) -> CacheOutcome:
     """Run every phase; write the Markdown section into ``output``, the curves to ``output``'s
-    folder / cache-precision-recall.png and the raw numbers to its out / cache-<timestamp>.json.
+    folder / cache-precision-recall.png and cache-error-budget.png, and the raw numbers to its
+    out / cache-<timestamp>.json.
     ``embedder``: all-MiniLM-L6-v2 (loaded here) unless given (tests pass a fake)."""
     from titan.bench import results_file
     from titan.bench.cache_report import render_markdown
@@ -388,6 +382,9 @@ def bench_cache(
     png = output.parent / PNG_NAME
     results = run_cache_bench(settings, embedder, replay, png, command, progress)
     json_path = write_json(results_file.json_path_for(output.parent / "out", "cache"), results)
-    markdown = render_markdown(results, png_link=PNG_NAME, json_name=display_path(json_path))
+    markdown = render_markdown(
+        results, png_link=PNG_NAME, json_name=display_path(json_path),
+        traffic_png_link=TRAFFIC_PNG_NAME,
+    )  # fmt: skip
     markdown_path = results_file.write_section(output, markdown, "cache")
-    return CacheOutcome(results, markdown_path, json_path, png)
+    return CacheOutcome(results, markdown_path, json_path, png, output.parent / TRAFFIC_PNG_NAME)

@@ -22,10 +22,12 @@ Decisions worth knowing:
   antonym and not the word: "before or after" mentions both and proves nothing. Opposites made
   with a prefix ("block/unblock", "toxic/non-toxic") and verb particles ("zoom in/out") count.
 
-Two reasons go beyond single words: "order" (the same two things on either side of "to", "into",
-"from": "convert A to B" vs "convert B to A"; "from A to B" == "to B from A") and "question" (both
-ask for a specific kind of answer, but different ones: "When was it built?" vs "How tall is
-it?"; "what" and "how do I" are not specific).
+Reasons beyond single words: "order" (the same two things on either side of "to", "into",
+"from": "convert A to B" vs "convert B to A"; "from A to B" == "to B from A"; and, from
+`guard_order`, the same values in another order or two sides of a relation swapped), "scope"
+(all of something against one) and "question" (both ask for a specific kind of answer, but
+different ones: "When was it built?" vs "How tall is it?"; "what" and "how do I" are not
+specific).
 
 Everything is built at import from the constant tables of `guard_words` (no mutable state). A
 call costs ~30-70 µs for two sentence-length texts on a 2-core EPYC, most of it analyzing them:
@@ -40,6 +42,7 @@ from itertools import pairwise
 from types import MappingProxyType
 
 from titan.cache import guard_words as w
+from titan.cache.guard_order import scope_differs, sides_swapped, values_reordered
 
 # Words, numbers, versions and contractions as single tokens: "can't", "3.12", "GPT-4", "U.S".
 _TOKEN = re.compile(r"[^\W_]+(?:['.\-&+][^\W_]+)*")
@@ -360,10 +363,10 @@ def refusal(query: str | Analysis, cached: str | Analysis, *, min_words: int = 3
     """Why `query` must not be answered with the answer cached for `cached`, or None.
 
     Reasons, checked in this order: "too_short" (the query has fewer than `min_words` words: too
-    little to judge its meaning), "negation", "numbers", "entities", "antonym", "order",
-    "question". Either text may come analyzed already (`analyze`): a cache that stores the
-    analysis of each cached question pays ~25 µs per lookup plus ~5 µs per candidate, instead of
-    ~30-70 µs per candidate."""
+    little to judge its meaning), "negation", "numbers", "entities", "antonym", "order" (also
+    values reordered and sides swapped: `guard_order`), "scope", "question". Either text may
+    come analyzed already (`analyze`): a cache that stores the analysis of each cached question
+    pays ~25 µs per lookup plus ~5 µs per candidate, instead of ~30-70 µs per candidate."""
     asked = query if isinstance(query, Analysis) else analyze(query)
     if len(asked.words) < min_words:
         return "too_short"
@@ -376,8 +379,14 @@ def refusal(query: str | Analysis, cached: str | Analysis, *, min_words: int = 3
         return "entities"
     if _has_antonym(asked, stored) or _has_antonym(stored, asked):
         return "antonym"
-    if _order_differs(asked, stored):
+    if (
+        _order_differs(asked, stored)
+        or values_reordered(asked.words, stored.words)
+        or sides_swapped(asked.words, stored.words)
+    ):
         return "order"
+    if scope_differs(asked.words, stored.words):
+        return "scope"
     if asked.question and stored.question and asked.question != stored.question:
         return "question"
     return None

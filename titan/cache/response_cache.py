@@ -18,7 +18,9 @@ from typing import Literal
 
 import numpy as np
 
+from titan.cache.answer_check import answers_agree
 from titan.cache.embedder import Embedder
+from titan.cache.error_budget import ErrorBudget
 from titan.cache.guards import refusal
 from titan.cache.index import ScopedIndex
 from titan.cache.keys import RequestKeys
@@ -49,6 +51,18 @@ class CacheHit:
     similarity: float | None = None
 
 
+@dataclass(frozen=True)
+class Verification:
+    """A would-be semantic hit that runs the model instead: its answer, once there, is compared
+    with the cached one, and the outcome teaches the error budget."""
+
+    key: str
+    similarity: float
+    cached_value: bytes
+    model: str
+    is_eligible: bool  # the entry could have been served: the outcome measures the policy
+
+
 @dataclass
 class Lookup:
     """What a lookup learned, for storing the answer afterwards without embedding twice."""
@@ -56,6 +70,7 @@ class Lookup:
     keys: RequestKeys
     embedding: np.ndarray | None = None
     hit: CacheHit | None = None
+    verification: Verification | None = None
 
 
 @dataclass
@@ -64,6 +79,7 @@ class CacheCounters:
     misses: int = 0
     stores: int = 0
     guard_refusals: Counter[str] = field(default_factory=Counter)  # by reason
+    verified: Counter[str] = field(default_factory=Counter)  # "agreed", "disagreed"
 
 
 class ResponseCache:
@@ -82,6 +98,7 @@ class ResponseCache:
         self._cursor = 0.0  # created_at of the newest entry indexed
         self._sync_task: asyncio.Task[None] | None = None
         self.counters = CacheCounters()
+        self.budget = ErrorBudget()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -144,10 +161,11 @@ class ResponseCache:
     def _forget(self, key: str, scope: str) -> None:
         self.index.remove(scope, key)
         self._indexed.pop(key, None)
+        self.budget.forget(key)
 
     # ---- lookups -------------------------------------------------------------------------
 
-    async def lookup(self, keys: RequestKeys, config: CacheConfig) -> Lookup:
+    async def lookup(self, keys: RequestKeys, config: CacheConfig, model: str = "") -> Lookup:
         lookup = Lookup(keys)
         if config.exact:
             entry = await self.store.get(EXACT, keys.exact)
@@ -157,7 +175,11 @@ class ResponseCache:
                 return lookup
         if self._can_be_semantic(keys, config):
             lookup.embedding = await self.embedder.embed(keys.question)  # type: ignore[union-attr, arg-type]
-            lookup.hit = await self._nearest(keys, lookup.embedding, config)
+            found = await self._nearest(keys, lookup.embedding, config, model)
+            if isinstance(found, Verification):
+                lookup.verification = found
+            else:
+                lookup.hit = found
             if lookup.hit is not None:
                 self.counters.hits["semantic"] += 1
                 return lookup
@@ -166,7 +188,7 @@ class ResponseCache:
 
     def _can_be_semantic(self, keys: RequestKeys, config: CacheConfig) -> bool:
         return (
-            config.semantic
+            config.semantic.enabled
             and self.embedder is not None
             and keys.scope is not None
             and keys.question is not None
@@ -174,12 +196,14 @@ class ResponseCache:
         )
 
     async def _nearest(
-        self, keys: RequestKeys, embedding: np.ndarray, config: CacheConfig
-    ) -> CacheHit | None:
+        self, keys: RequestKeys, embedding: np.ndarray, config: CacheConfig, model: str
+    ) -> CacheHit | Verification | None:
         scope = keys.scope
         query = np.asarray(embedding, dtype=np.float32)
+        semantic = config.semantic
+        floor = config.threshold if semantic.max_error_rate is None else semantic.min_similarity
         for key, approximate in self.index.search(scope, query, NUM_CANDIDATES):  # type: ignore[arg-type]
-            if approximate < config.threshold - INDEX_PRECISION:
+            if approximate < floor - INDEX_PRECISION:
                 break  # best first: the rest are further
             entry = await self.store.get(SEMANTIC, key)
             if entry is None or entry.embedding is None:  # expired or evicted (perhaps elsewhere)
@@ -187,7 +211,7 @@ class ResponseCache:
                 continue
             # The index holds half precision; the threshold is judged on the stored f32 vector.
             similarity = float(np.dot(query, np.frombuffer(entry.embedding, dtype=np.float32)))
-            if similarity < config.threshold:
+            if similarity < floor:
                 continue
             reason = refusal(
                 keys.question, entry.tags.get("question", ""), min_words=config.min_query_words
@@ -195,15 +219,38 @@ class ResponseCache:
             if reason is not None:
                 self.counters.guard_refusals[reason] += 1
                 continue
+            if semantic.max_error_rate is not None:
+                budget = self.budget.model(
+                    model, floor=floor, max_error_rate=semantic.max_error_rate
+                )
+                decision = self.budget.decide(
+                    budget, key, similarity,
+                    verify_fraction=semantic.verify_fraction,
+                    min_verifications=semantic.min_verifications,
+                )  # fmt: skip
+                if decision.action != "serve":
+                    return Verification(key, similarity, entry.value, model, decision.is_eligible)
             return CacheHit("semantic", entry.value, round(float(similarity), 4))
         return None
 
     # ---- storing -------------------------------------------------------------------------
 
     async def store_answer(
-        self, lookup: Lookup, config: CacheConfig, *, tenant: str | None, model: str, value: bytes
+        self,
+        lookup: Lookup,
+        config: CacheConfig,
+        *,
+        tenant: str | None,
+        model: str,
+        value: bytes,
+        is_deterministic: bool = True,
+        is_storable: bool = True,
     ) -> None:
-        if len(value) > config.max_answer_bytes:
+        """Stores the answer (when storable) and, when the lookup asked for a verification,
+        compares it with the cached one first."""
+        if lookup.verification is not None:
+            await self._verify(lookup.verification, config, value, is_deterministic)
+        if not is_storable or len(value) > config.max_answer_bytes:
             return
         now = self._now()
         tags = {"tenant": tenant or "", "model": model}
@@ -233,6 +280,27 @@ class ResponseCache:
                     self._forget(key, scope_and_expiry[0])
         self.counters.stores += 1
 
+    async def _verify(
+        self, verification: Verification, config: CacheConfig, value: bytes, is_deterministic: bool
+    ) -> None:
+        semantic = config.semantic
+        if semantic.max_error_rate is None or self.embedder is None:
+            return
+        agrees = await answers_agree(
+            verification.cached_value, value,
+            is_deterministic=is_deterministic, embedder=self.embedder,
+            answer_similarity=semantic.answer_similarity,
+        )  # fmt: skip
+        budget = self.budget.model(
+            verification.model, floor=semantic.min_similarity,
+            max_error_rate=semantic.max_error_rate,
+        )  # fmt: skip
+        self.budget.record(
+            budget, verification.key, verification.similarity, agrees,
+            verification.is_eligible,
+        )  # fmt: skip
+        self.counters.verified["agreed" if agrees else "disagreed"] += 1
+
     # ---- admin ---------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, object]:
@@ -243,6 +311,8 @@ class ResponseCache:
             "misses": self.counters.misses,
             "stores": self.counters.stores,
             "guard_refusals": dict(self.counters.guard_refusals),
+            "verified": dict(self.counters.verified),
+            "error_budget": self.budget.report(),
         }
 
     async def flush(self, *, tenant: str | None = None, model: str | None = None) -> int:

@@ -224,24 +224,28 @@ def cache(
     output: Annotated[
         Path, typer.Option(help="Markdown file; the cache section is replaced, others kept.")
     ] = Path("bench/RESULTS.md"),
-    pairs: Annotated[
+    data: Annotated[
         Path | None,
-        typer.Option(help="Labeled pairs, JSON lines (default: tests/data/semantic_cache_pairs)."),
+        typer.Option(
+            help="Folder of the labeled sets: semantic_cache_pairs, _calibration and _heldout "
+            ".jsonl (default: tests/data)."
+        ),
     ] = None,
     quick: Annotated[
         bool,
         typer.Option("--quick", help="1k/5k entries and a quarter of the pairs (a smoke run)."),
     ] = False,
 ) -> None:
-    """Response cache: semantic hits vs false hits (Titan vs GPTCache's default), lookup latency
-    at 10k/100k entries, exact-hit and miss overheads."""
+    """Response cache: semantic hits vs false hits on training and held-out labeled sets (Titan
+    vs GPTCache's default), the error budget against fixed thresholds on simulated traffic,
+    lookup latency at 10k/100k entries, exact-hit and miss overheads."""
 
     from titan.bench.cache_bench import CacheBenchSettings, bench_cache
     from titan.bench.cache_report import print_console
     from titan.errors import TitanError
     from titan.service.cache_replay import replay_whole
 
-    overrides: dict = {} if pairs is None else {"pairs_path": str(pairs)}
+    overrides: dict = {} if data is None else {"data_dir": str(data)}
     settings = CacheBenchSettings.quick(**overrides) if quick else CacheBenchSettings(**overrides)
     run_bench(
         "cache",

@@ -87,3 +87,57 @@ class LiveState:
         yield from (hedges, fallbacks, attempts, breaker, outstanding)
         yield from engine_counters.values()
         yield from engine_gauges.values()
+
+
+class SemanticBudgetState:
+    """The semantic cache's error budget per model, read at each scrape from
+    ``ErrorBudget.report`` (titan/cache/error_budget.py)."""
+
+    def __init__(self, report: Callable[[], dict[str, dict[str, Any]]]):
+        self.report = report
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ("model",)
+        gauges = {
+            "estimated_error_rate": GaugeMetricFamily(
+                "titan_cache_semantic_error_rate",
+                "Share of verified semantic hits (at the learned threshold) answered wrong.",
+                labels=labels,
+            ),
+            "error_rate_upper_bound": GaugeMetricFamily(
+                "titan_cache_semantic_error_bound",
+                "95% upper bound of the semantic hits' error rate (kept under max_error_rate).",
+                labels=labels,
+            ),
+            "threshold": GaugeMetricFamily(
+                "titan_cache_semantic_threshold",
+                "Similarity from which semantic hits are served (absent: none served yet).",
+                labels=labels,
+            ),
+        }
+        counters = {
+            "served": ("titan_cache_semantic_served", "Semantic hits served under the budget."),
+            "verifications": (
+                "titan_cache_semantic_verifications",
+                "Would-be semantic hits that ran the model and compared the answers.",
+            ),
+            "extra_model_calls": (
+                "titan_cache_semantic_extra_calls",
+                "Verifications of hits that would otherwise have been served (their cost).",
+            ),
+        }
+        counter_families = {
+            key: CounterMetricFamily(name, text, labels=labels)
+            for key, (name, text) in counters.items()
+        }
+        for model, row in self.report().items():
+            for key, family in gauges.items():
+                if row.get(key) is not None:
+                    family.add_metric([model], float(row[key]))
+            for key, family in counter_families.items():
+                family.add_metric([model], float(row.get(key, 0)))
+        yield from gauges.values()
+        yield from counter_families.values()

@@ -37,6 +37,12 @@ class CachePlan:
     tenant: str | None
     model: str
     is_storable: bool
+    is_deterministic: bool = True
+
+    @property
+    def has_answer_use(self) -> bool:
+        """The answer is to be stored, or compared with a cached one (a verification)."""
+        return self.is_storable or self.lookup.verification is not None
 
     @property
     def headers(self) -> dict[str, str]:
@@ -78,26 +84,27 @@ class CacheStep:
         """None when the model caches nothing. Raises NotCachedError for an only-if-cached miss."""
         config = self.config_for(model)
         directives = parse_directives(request.headers.get(CACHE_HEADER), request.body.get("cache"))
-        if not (config.exact or config.semantic):
+        if not (config.exact or config.semantic.enabled):
             if "only-if-cached" in directives:
                 raise NotCachedError(f"Model '{model}' caches no answers (only-if-cached).")
             return None
         keys = request_keys(tenant, model, request.endpoint, request.body)
+        is_deterministic_request = is_deterministic(request.body)
         is_storable = "no-store" not in directives and (
-            config.cache_sampled or is_deterministic(request.body)
+            config.cache_sampled or is_deterministic_request
         )
         if "no-cache" in directives:
             lookup = Lookup(keys)  # stored afterwards without an embedding: as an exact entry
         else:
             try:
-                lookup = await self.cache.lookup(keys, config)
+                lookup = await self.cache.lookup(keys, config, model)
             except StorageUnavailableError as exc:
                 self.storage_health.failed("cache", exc, action="misses and stores nothing")
                 lookup = Lookup(keys)
                 is_storable = False
             else:
                 self.storage_health.succeeded("cache")
-        plan = CachePlan(config, lookup, tenant, model, is_storable)
+        plan = CachePlan(config, lookup, tenant, model, is_storable, is_deterministic_request)
         hit = lookup.hit
         self.metrics.inc(self.metrics.cache_lookups, model, f"hit-{hit.kind}" if hit else "miss")
         if hit is None and "only-if-cached" in directives:
@@ -117,7 +124,7 @@ class CacheStep:
         return Routed(value, plan.model, "cache", 0, plan.headers)
 
     def store_whole(self, plan: CachePlan, answer: Answer) -> None:
-        if plan.is_storable:
+        if plan.has_answer_use:
             self._store(plan, answer_bytes(answer))
 
     def _store(self, plan: CachePlan, value: bytes) -> None:
@@ -125,9 +132,10 @@ class CacheStep:
         entries) and the store's round trip are not on its path."""
         task = asyncio.create_task(
             self.cache.store_answer(
-                plan.lookup, plan.config, tenant=plan.tenant, model=plan.model, value=value
+                plan.lookup, plan.config, tenant=plan.tenant, model=plan.model, value=value,
+                is_deterministic=plan.is_deterministic, is_storable=plan.is_storable,
             )
-        )
+        )  # fmt: skip
         self._storing.add(task)
         task.add_done_callback(self._stored)
 
@@ -147,7 +155,7 @@ class CacheStep:
         self, plan: CachePlan, request: ClientRequest, stream: AsyncIterator[Answer]
     ) -> AsyncIterator[Answer]:
         """The stream as the client asked for it, stored once it has ended whole."""
-        if not plan.is_storable:
+        if not plan.has_answer_use:
             return stream
         return self._record(plan, request, stream)
 
@@ -165,7 +173,7 @@ class CacheStep:
         finally:
             await close_stream(stream)
         whole = assembler.whole()
-        if whole is not None and plan.is_storable:  # a guardrail may block the stream midway
+        if whole is not None and plan.has_answer_use:  # a guardrail may block it midway
             self._store(plan, whole)
 
 

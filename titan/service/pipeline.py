@@ -25,7 +25,7 @@ from titan.errors import (
     ModelNotFoundError,
     ServiceUnavailableError,
 )
-from titan.observability.collectors import LiveState
+from titan.observability.collectors import LiveState, SemanticBudgetState
 from titan.observability.metrics import TitanMetrics
 from titan.observability.tracing import Tracer
 from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
@@ -61,6 +61,9 @@ class Pipeline:
         self._owns_storage = False  # close only a storage it opened itself
         self.metrics = TitanMetrics(frozenset(config.tenants))
         self.metrics.watch(LiveState(self.stats))
+        self.metrics.watch(
+            SemanticBudgetState(lambda: self.cache.budget.report() if self.cache else {})
+        )
         self.tracer = Tracer(config.observability.tracing)
         # Hooks are imported here: a missing one fails at startup, not on a request.
         self.guard = Guardrails(config.guardrails, self.metrics)
@@ -207,7 +210,7 @@ class Pipeline:
         """The response cache on the storage's cache store; the embedding model only when some
         model caches semantically."""
         configs = [m.cache or self.config.cache for m in self.config.models]
-        is_semantic = any(c.semantic for c in [*configs, self.config.cache])
+        is_semantic = any(c.semantic.enabled for c in [*configs, self.config.cache])
         embedder = await self._embedder_loaded() if is_semantic else None
         store = self.storage.cache or MemoryCache()  # type: ignore[union-attr]
         self.cache = ResponseCache(store, embedder=embedder)

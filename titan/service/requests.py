@@ -276,8 +276,10 @@ def _marked(routed: Routed[Any], hits: GuardHits | None) -> Routed[Any]:
 
 
 def _not_storable(plan: CachePlan | None) -> None:
+    """A blocked answer is neither stored nor compared with a cached one."""
     if plan is not None:
         plan.is_storable = False
+        plan.lookup.verification = None
 
 
 def _status_of(exc: BaseException) -> tuple[int, str | None]:
