@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.titan-installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: install serve test lint bench fuzz gpu-check clean
+.PHONY: install serve test check lint bench bench-smoke fuzz gpu-check clean
 
 install: $(STAMP)
 
@@ -50,8 +50,18 @@ test: install $(CHROMIUM) $(QEMU_AARCH64)
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check titan tests
-	$(BIN)/ruff format --check titan tests
+	$(BIN)/ruff check titan tests benchmarks
+	$(BIN)/ruff format --check titan tests benchmarks
+
+# The inner loop: lint, then every test that needs no real model, server process, Redis, browser
+# or GPU (the markers of pyproject.toml), in about a minute. `make test` stays the whole suite.
+check: lint
+	$(BIN)/python -m pytest -q -m "not slow and not redis and not browser and not gpu and not bench_smoke"
+
+# The self-benchmarks run end to end at their smallest (`--quick`): their reports' structure,
+# not their numbers. Not part of `make test`.
+bench-smoke: install
+	$(BIN)/python -m pytest -m bench_smoke tests/bench
 
 # schemathesis against a real Titan (memory, SQLite and Redis storage), long: up to
 # FUZZ_EXAMPLES generated requests per operation, valid and invalid (docs/api-fuzzing.md).

@@ -12,6 +12,8 @@ import pytest
 from tests.integration.harness import running_titan
 
 TIMEOUT_S = 0.6
+# asyncio runs a timer up to its clock resolution early (seen: closed after 0.5996 s).
+EARLY_S = 0.01
 CONFIG = {
     "models": [{"name": "sim", "deployments": [{"backend": "simulated"}]}],
     "server": {"limits": {"header_timeout_s": TIMEOUT_S}},
@@ -53,14 +55,14 @@ def test_trickled_headers_get_408_and_the_connection_closes(address):
     error = orjson.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]
     assert error["code"] == "request_timeout"
     assert "server.limits.header_timeout_s" in error["message"]
-    assert TIMEOUT_S <= elapsed < TIMEOUT_S + 2
+    assert TIMEOUT_S - EARLY_S <= elapsed < TIMEOUT_S + 2
 
 
 def test_a_connection_that_sends_nothing_is_closed(address):
     with _connect(address) as sock:
         started = time.monotonic()
         assert _read_all(sock) == b""
-    assert TIMEOUT_S <= time.monotonic() - started < TIMEOUT_S + 2
+    assert TIMEOUT_S - EARLY_S <= time.monotonic() - started < TIMEOUT_S + 2
 
 
 def test_keep_alive_requests_each_get_a_fresh_deadline(address):
