@@ -153,6 +153,7 @@ def test_the_default_queue_holds_half_the_deadline_of_waiting():
     assert AdmissionSettings(max_queue=7).queue_size == 7
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_goodput_phase_writes_its_section(tmp_path: Path):
     output = tmp_path / "RESULTS.md"

@@ -147,6 +147,7 @@ async def test_the_timed_embedder_adds_up_its_calls():
     assert len(timed.encode(["a b"])[0]) == EMBEDDING_DIM
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_the_command_with_the_real_model(tmp_path: Path):
     from titan.cli import main as cli_main

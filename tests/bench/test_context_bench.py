@@ -129,6 +129,7 @@ def test_cli_registers_the_command():
     assert result.exit_code == 0 and "--quick" in result.output
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_run_writes_the_section(tmp_path):
     settings = cb.ContextBenchSettings.quick(turns=6, window=512, chunks=300, queries=5)

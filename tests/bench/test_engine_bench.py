@@ -69,6 +69,7 @@ def test_section_replaces_only_its_own_markers(tmp_path: Path):
     assert text.count(SECTION_START) == text.count(SECTION_END) == 1
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_benchmark_measures_every_system_and_keeps_other_sections(tmp_path: Path):
     output = tmp_path / "RESULTS.md"

@@ -106,6 +106,7 @@ def test_a_missing_wrk_fails_with_an_install_hint(tmp_path: Path):
     assert not output.exists()
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_benchmark_measures_titan_without_wrk_or_litellm(tmp_path: Path):
     output = tmp_path / "RESULTS.md"

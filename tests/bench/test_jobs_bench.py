@@ -192,6 +192,7 @@ def test_cli_registers_the_command():
     assert "--quick" in result.output and "--skip-redis" in result.output
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 @pytest.mark.redis
 def test_quick_run_through_the_cli(tmp_path, redis_server):  # noqa: F811

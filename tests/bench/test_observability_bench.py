@@ -231,6 +231,7 @@ def test_cli_registers_the_command():
     assert "--quick" in result.output and "--python-load" in result.output
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_run_through_the_cli(tmp_path: Path):
     output = tmp_path / "RESULTS.md"

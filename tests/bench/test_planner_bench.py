@@ -159,6 +159,7 @@ def test_step_recorder_describes_what_was_scheduled():
     assert sample == StepSample(11, 2, 55 + 21, 10 + 21, 0.25)
 
 
+@pytest.mark.bench_smoke
 @pytest.mark.slow
 def test_quick_run_end_to_end(tmp_path: Path):
     app = typer.Typer(add_completion=False)

@@ -20,6 +20,7 @@ OTHER_SECTION = (
 )
 
 
+@pytest.mark.bench_smoke
 def test_quick_run_measures_both_batches_and_writes_its_section(tmp_path: Path):
     output = tmp_path / "RESULTS.md"
     output.write_text(OTHER_SECTION)

@@ -15,6 +15,10 @@ from titan.engine.kernels.build import build_library
 from titan.engine.kernels.cpu_attention import CpuPagedAttention
 from titan.engine.kernels.library import CpuKernels
 
+# Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
+# test` only, not `make check`.
+pytestmark = pytest.mark.slow
+
 # Each path this machine can run: -march=haswell is the AVX2 path, x86-64 the portable C.
 TARGETS = {"native": None, "haswell": "avx2", "x86-64": None}
 

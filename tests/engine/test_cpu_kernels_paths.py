@@ -16,6 +16,10 @@ import pytest
 from tests.engine.test_cpu_kernels import cpu_flags
 from titan.engine.kernels.build import _FLAGS, SOURCES, compiler
 
+# Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
+# test` only, not `make check`.
+pytestmark = pytest.mark.slow
+
 HARNESS = Path(__file__).parent / "kernels" / "kernel_hash.c"
 KERNELS = Path(__file__).resolve().parents[2] / "titan" / "engine" / "kernels"
 ARM_GCC, QEMU, ARM_SYSROOT = "aarch64-linux-gnu-gcc", "qemu-aarch64", "/usr/aarch64-linux-gnu"
