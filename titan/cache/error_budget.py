@@ -103,7 +103,6 @@ class ModelBudget:
     served: int = 0
     verifications: int = 0
     extra_calls: int = 0  # verifications of hits that would otherwise have been served
-    wrong_verified: int = 0
     recorded: int = 0
 
     def learn(self) -> None:
@@ -187,7 +186,6 @@ class ErrorBudget:
             entry.right += 1
         else:
             entry.failed_at = max(entry.failed_at, similarity)
-            budget.wrong_verified += 1
         if len(budget.entries) > MAX_ENTRIES:
             del budget.entries[next(iter(budget.entries))]
         # A wrong answer is learned from at once; right ones only lower the threshold, so they
