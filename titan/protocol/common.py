@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
+
+from titan.errors import InvalidRequestError
 
 MAX_STOP_SEQUENCES = 16
 MAX_N = 128
@@ -23,6 +25,20 @@ def list_object(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
         "last_id": data[-1]["id"] if data else None,
         "has_more": has_more,
     }
+
+
+Parsed = TypeVar("Parsed", bound=BaseModel)
+
+
+def validated(model: type[Parsed], data: Any, prefix: tuple[str, ...] = ()) -> Parsed:
+    """``data`` as ``model``; its first validation error a 400 naming the field (under
+    ``prefix`` when the body sits inside another, as a job's does)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in (*prefix, *first["loc"])) or "body"
+        raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
 
 
 def make_id(prefix: str) -> str:

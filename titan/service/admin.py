@@ -10,7 +10,7 @@ import hmac
 import time
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from titan.cache.response_cache import ResponseCache
 from titan.config import Settings
@@ -18,6 +18,7 @@ from titan.config.admission import Budget, Priority
 from titan.errors import AuthenticationError, InvalidRequestError, NotFoundError
 from titan.limits.keys import KeyPolicy
 from titan.limits.usage import Granularity
+from titan.protocol.common import validated
 from titan.service.admission import Gatekeeper
 
 
@@ -54,12 +55,7 @@ class AdminService:
             )
 
     async def create_key(self, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            asked = CreateKeyBody.model_validate(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "body"
-            raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
+        asked = validated(CreateKeyBody, body)
         expires_at = asked.expires_at
         if asked.expires_in_s is not None:
             expires_at = time.time() + asked.expires_in_s

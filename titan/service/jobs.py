@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
 from titan.context.rag.files import Files
 from titan.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
@@ -23,7 +22,7 @@ from titan.jobs.batches import Batches
 from titan.jobs.models import ENDPOINTS, Owner, job_from_request, public_job
 from titan.jobs.worker import JobWorker, RetryPolicy
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
-from titan.protocol.common import list_object
+from titan.protocol.common import list_object, validated
 from titan.service.pipeline import Pipeline
 from titan.storage.base import JOB_STATES, Job, JobQueue
 from titan.storage.outage_log import OutageLog
@@ -96,12 +95,7 @@ class JobsService:
 
     def check_request(self, endpoint: str, body: Mapping[str, Any], param: str = "body") -> None:
         """Refuses now (400) a body the endpoint would refuse when the job runs."""
-        try:
-            _PARSERS[ENDPOINTS[endpoint]].model_validate(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in (param, *first["loc"]))
-            raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
+        validated(_PARSERS[ENDPOINTS[endpoint]], body, (param,))
 
     async def get(self, job_id: str, api_key: str | None) -> dict[str, Any]:
         queue = self.queue

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from titan.config import Settings
 from titan.errors import InvalidRequestError
+from titan.protocol.common import validated
 
 # Every value OpenAI's ``include`` takes (the SDK's ResponseIncludable). Honoured: the
 # file_search results and the output's logprobs; the others name things Titan never produces
@@ -77,12 +78,7 @@ class ResponsesBody(Settings):
 
 
 def parse_body(data: Mapping[str, Any]) -> ResponsesBody:
-    try:
-        body = ResponsesBody.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InvalidRequestError(f"Invalid '{where}': {first['msg']}.", param=where) from None
+    body = validated(ResponsesBody, data)
     check_include(body.include)
     check_supported(body)
     return body

@@ -211,6 +211,21 @@ class ResponseStream:
         self.body, self.trimmed, self.sources, self.search = body, trimmed, sources, search
         self.summarized, self.save = summarized, save
 
+    def _snapshot(
+        self,
+        response: dict[str, Any],
+        model: str,
+        items: list[dict[str, Any]],
+        finish: str | None,
+        usage: dict[str, Any] | None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """The response object as it stands, under the id and time of ``response.created``."""
+        return response_object(
+            self.body, model, items, finish, usage, self.trimmed,
+            response_id=response["id"], created_at=response["created_at"], **extra,
+        )  # fmt: skip
+
     async def events(self, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
         body, includes = self.body, self.body.includes
         writer = EventWriter()
@@ -242,17 +257,7 @@ class ResponseStream:
                     finish = choice.get("finish_reason") or finish
         except TitanError as exc:  # the status code is sent: the failure is an event
             logger.warning("response stream failed: %s", exc.message, extra={"code": exc.code})
-            failed = response_object(
-                body,
-                model,
-                output.items,
-                None,
-                usage,
-                self.trimmed,
-                response_id=response["id"],
-                created_at=response["created_at"],
-                status="failed",
-            )
+            failed = self._snapshot(response, model, output.items, None, usage, status="failed")
             code = "rate_limit_exceeded" if exc.status_code == 429 else "server_error"
             failed["error"] = {"code": code, "message": exc.message}
             yield writer.event("response.failed", response=failed)
@@ -260,16 +265,8 @@ class ResponseStream:
         last = output.finish(finish)
         if self.search is not None:
             output.items[0] = self.search  # stored with its results
-        final = response_object(
-            body,
-            model,
-            output.items,
-            finish,
-            usage,
-            self.trimmed,
-            response_id=response["id"],
-            created_at=response["created_at"],
-            summarized=self.summarized,
+        final = self._snapshot(
+            response, model, output.items, finish, usage, summarized=self.summarized
         )
         if self.save is not None:
             await self.save(final)
