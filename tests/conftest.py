@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.clock import ManualClock
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _memory_storage() -> Iterator[None]:
@@ -18,3 +20,9 @@ def _memory_storage() -> Iterator[None]:
         os.environ.pop("TITAN_STORAGE", None)
     else:
         os.environ["TITAN_STORAGE"] = previous
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A fake clock at t = 1,000 s (tests/clock.py)."""
+    return ManualClock()

@@ -9,7 +9,8 @@ import random
 import orjson
 import pytest
 
-from tests.cache.test_response_cache import PARIS, PARIS_AGAIN, Clock, FakeEmbedder, keys
+from tests.cache.test_response_cache import PARIS, PARIS_AGAIN, FakeEmbedder, keys
+from tests.clock import ManualClock
 from titan.cache.answer_check import answer_text, answers_agree
 from titan.cache.error_budget import ErrorBudget, upper_bound
 from titan.cache.response_cache import ResponseCache
@@ -108,7 +109,7 @@ async def test_answers_agree_exactly_when_deterministic_else_by_meaning():
 async def test_the_cache_verifies_near_hits_and_serves_once_they_agree():
     semantic = {"enabled": True, "max_error_rate": 0.05, "verify_fraction": 0.0}
     config = CacheConfig(semantic=semantic, exact=False)
-    clock = Clock()
+    clock = ManualClock(1_000_000.0)
     cache = ResponseCache(
         MemoryCache(clock), embedder=FakeEmbedder((PARIS, PARIS_AGAIN)), now=clock
     )  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.clock import ManualClock
 from titan.cache.keys import request_keys
 from titan.cache.response_cache import ResponseCache
 from titan.config.cache import CacheConfig
@@ -49,20 +50,12 @@ def keys(question: str, tenant: str = "acme", system: str = "Be brief."):
     return request_keys(tenant, "m", "chat", body)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock(1_000_000.0)
 
 
-def cache_with(embedder: FakeEmbedder, clock: Clock, store: MemoryCache | None = None):
+def cache_with(embedder: FakeEmbedder, clock: ManualClock, store: MemoryCache | None = None):
     return ResponseCache(store or MemoryCache(clock), embedder=embedder, now=clock)  # type: ignore[arg-type]
 
 
@@ -77,7 +70,7 @@ PARIS_AGAIN = "Which city is the capital of France?"
 NOT_PARIS = "What is not the capital city of France?"
 
 
-async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: Clock):
+async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: ManualClock):
     embedder = FakeEmbedder((PARIS, PARIS_AGAIN, NOT_PARIS))
     cache = cache_with(embedder, clock)
     await remember(cache, PARIS, b'{"answer": "Paris"}')
@@ -101,7 +94,7 @@ async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: Clock):
     assert (await cache.lookup(keys(PARIS_AGAIN), strict)).hit is None
 
 
-async def test_scopes_keep_tenants_and_conversations_apart(clock: Clock):
+async def test_scopes_keep_tenants_and_conversations_apart(clock: ManualClock):
     cache = cache_with(FakeEmbedder((PARIS, PARIS_AGAIN)), clock)
     await remember(cache, PARIS, b"{}")
     assert (await cache.lookup(keys(PARIS_AGAIN, tenant="globex"), SEMANTIC)).hit is None
@@ -109,7 +102,7 @@ async def test_scopes_keep_tenants_and_conversations_apart(clock: Clock):
     assert (await cache.lookup(keys(PARIS_AGAIN, system="Be long."), SEMANTIC)).hit is None
 
 
-async def test_short_questions_are_not_matched_by_meaning(clock: Clock):
+async def test_short_questions_are_not_matched_by_meaning(clock: ManualClock):
     embedder = FakeEmbedder(("Paris?", "France capital?"))
     cache = cache_with(embedder, clock)
     lookup = await cache.lookup(keys("Paris?"), SEMANTIC)
@@ -118,7 +111,7 @@ async def test_short_questions_are_not_matched_by_meaning(clock: Clock):
     assert (await cache.lookup(keys("France capital?"), SEMANTIC)).hit is None
 
 
-async def test_entries_expire_and_the_least_recently_used_are_evicted(clock: Clock):
+async def test_entries_expire_and_the_least_recently_used_are_evicted(clock: ManualClock):
     exact_only = CacheConfig(ttl_s=60, max_entries=3)
     cache = cache_with(FakeEmbedder(), clock)
     questions = [f"Tell me about the history of city number {i}" for i in range(4)]
@@ -138,7 +131,7 @@ async def test_entries_expire_and_the_least_recently_used_are_evicted(clock: Clo
     assert not await hit(questions[0])
 
 
-async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: Clock):
+async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: ManualClock):
     embedder = FakeEmbedder((PARIS, PARIS_AGAIN))
     store = MemoryCache(clock)
     first = cache_with(embedder, clock, store)

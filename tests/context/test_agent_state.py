@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.context.agent_state import (
     MAX_STATE_BYTES,
     AgentStates,
@@ -23,21 +24,8 @@ from titan.storage.memory import MemoryDocuments
 from titan.storage.sqlite import SqliteDatabase, SqliteDocuments
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def states(clock: Clock) -> AgentStates:
+def states(clock: ManualClock) -> AgentStates:
     return AgentStates(MemoryDocuments(), now=clock)
 
 
@@ -76,17 +64,17 @@ def test_parse_if_match():
         parse_if_match("a")
 
 
-async def test_put_get_versions_and_etags(states: AgentStates, clock: Clock):
+async def test_put_get_versions_and_etags(states: AgentStates, clock: ManualClock):
     created = await states.put("t", "agent-1", {"step": 1})
     assert created.is_created and created.revision == 1
     assert created.etag == f'"{created.version}"'
     got = await states.get("t", "agent-1")
     assert got.state == {"step": 1} and got.version == created.version
-    assert got.updated_at == clock.t and got.expires_at is None
-    clock.t += 5
+    assert got.updated_at == clock.now and got.expires_at is None
+    clock.now += 5
     updated = await states.put("t", "agent-1", {"step": 2})
     assert not updated.is_created and updated.revision == 2
-    assert updated.version != created.version and updated.updated_at == clock.t
+    assert updated.version != created.version and updated.updated_at == clock.now
     patched = await states.patch("t", "agent-1", {"notes": {"a": 1}, "step": None})
     assert patched.state == {"notes": {"a": 1}} and patched.revision == 3
 
@@ -143,20 +131,20 @@ async def test_delete(states: AgentStates):
     assert third.is_created and third.revision > second.revision
 
 
-async def test_ttl_expired_is_absent(states: AgentStates, clock: Clock):
+async def test_ttl_expired_is_absent(states: AgentStates, clock: ManualClock):
     made = await states.put("t", "a", {"n": 1}, ttl_s=10)
-    assert made.expires_at == clock.t + 10
-    clock.t += 5
+    assert made.expires_at == clock.now + 10
+    clock.now += 5
     # PATCH without ttl_s keeps the expiry; with one, resets it.
     assert (await states.patch("t", "a", {"m": 2})).expires_at == made.expires_at
-    clock.t += 5
+    clock.now += 5
     with pytest.raises(NotFoundError):
         await states.get("t", "a")
     with pytest.raises(PreconditionFailedError):
         await states.patch("t", "a", {"n": 2}, if_match=made.etag)
     recreated = await states.patch("t", "a", {"n": 2}, ttl_s=30)
     assert recreated.is_created and recreated.state == {"n": 2}
-    assert recreated.expires_at == clock.t + 30
+    assert recreated.expires_at == clock.now + 30
     # PUT without ttl_s replaces the expiry too: none.
     assert (await states.put("t", "a", {"n": 3})).expires_at is None
     with pytest.raises(InvalidRequestError):

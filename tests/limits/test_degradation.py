@@ -6,17 +6,9 @@ from __future__ import annotations
 import pydantic
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import DegradationConfig, DegradationStep
 from titan.limits.degradation import DegradationController
-
-
-class Clock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
 
 STEPS = [
     DegradationStep(action="fallback_model", model="small"),  # normal and batch
@@ -26,7 +18,7 @@ STEPS = [
 
 
 def controller(
-    clock: Clock,
+    clock: ManualClock,
     *,
     queue_wait_p95_s: float | None = 1.0,
     ttft_p95_s: float | None = None,
@@ -47,7 +39,7 @@ def controller(
 
 def run(
     ctrl: DegradationController,
-    clock: Clock,
+    clock: ManualClock,
     seconds: int,
     *,
     queue_wait: float | None = None,
@@ -65,20 +57,20 @@ def run(
     return levels
 
 
-def climb_to(ctrl: DegradationController, clock: Clock, level: int) -> None:
+def climb_to(ctrl: DegradationController, clock: ManualClock, level: int) -> None:
     run(ctrl, clock, 1 + 5 * level, queue_wait=2.0)
     assert ctrl.level == level
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 # ---- climbing ----------------------------------------------------------------------------------
 
 
-def test_nothing_applies_under_the_slo(clock: Clock) -> None:
+def test_nothing_applies_under_the_slo(clock: ManualClock) -> None:
     ctrl = controller(clock)
     assert run(ctrl, clock, 60, queue_wait=0.9) == [0] * 60
     assert ctrl.num_changes == 0
@@ -87,7 +79,7 @@ def test_nothing_applies_under_the_slo(clock: Clock) -> None:
     assert ctrl.snapshot()["actions"] == []
 
 
-def test_sustained_overload_climbs_one_step_per_sustain(clock: Clock) -> None:
+def test_sustained_overload_climbs_one_step_per_sustain(clock: ManualClock) -> None:
     ctrl = controller(clock)
     levels = run(ctrl, clock, 30, queue_wait=2.0)
     # Over from the first second on: a step after each further 5 seconds, capped at 3 steps.
@@ -97,7 +89,7 @@ def test_sustained_overload_climbs_one_step_per_sustain(clock: Clock) -> None:
     assert ctrl.snapshot()["queue_wait_p95_s"] == 2.0
 
 
-def test_a_short_spike_does_not_climb(clock: Clock) -> None:
+def test_a_short_spike_does_not_climb(clock: ManualClock) -> None:
     ctrl = controller(clock)
     # Over for 2s plus the 2s the spike stays in the window: less than sustain_s.
     run(ctrl, clock, 2, queue_wait=2.0)
@@ -110,7 +102,7 @@ def test_a_short_spike_does_not_climb(clock: Clock) -> None:
 # ---- hysteresis and recovery -------------------------------------------------------------------
 
 
-def test_between_the_thresholds_nothing_changes(clock: Clock) -> None:
+def test_between_the_thresholds_nothing_changes(clock: ManualClock) -> None:
     ctrl = controller(clock)
     climb_to(ctrl, clock, 2)
     # Under the SLO (1.0) but over recover_ratio × SLO (0.5): neither climbs nor recovers.
@@ -118,7 +110,7 @@ def test_between_the_thresholds_nothing_changes(clock: Clock) -> None:
     assert ctrl.num_changes == 2
 
 
-def test_recovery_comes_down_one_step_per_sustain(clock: Clock) -> None:
+def test_recovery_comes_down_one_step_per_sustain(clock: ManualClock) -> None:
     ctrl = controller(clock)
     climb_to(ctrl, clock, 3)
     levels = run(ctrl, clock, 30, queue_wait=0.2)
@@ -133,7 +125,7 @@ def test_recovery_comes_down_one_step_per_sustain(clock: Clock) -> None:
     assert ctrl.num_changes == 6
 
 
-def test_a_relapse_during_recovery_climbs_again(clock: Clock) -> None:
+def test_a_relapse_during_recovery_climbs_again(clock: ManualClock) -> None:
     ctrl = controller(clock)
     climb_to(ctrl, clock, 2)
     run(ctrl, clock, 9, queue_wait=0.2)
@@ -142,7 +134,7 @@ def test_a_relapse_during_recovery_climbs_again(clock: Clock) -> None:
     assert levels == [1] * 5 + [2]
 
 
-def test_no_traffic_counts_as_recovered(clock: Clock) -> None:
+def test_no_traffic_counts_as_recovered(clock: ManualClock) -> None:
     ctrl = controller(clock)
     climb_to(ctrl, clock, 1)
     run(ctrl, clock, 20)  # no samples at all
@@ -152,7 +144,7 @@ def test_no_traffic_counts_as_recovered(clock: Clock) -> None:
 # ---- the window --------------------------------------------------------------------------------
 
 
-def test_samples_older_than_the_window_no_longer_count(clock: Clock) -> None:
+def test_samples_older_than_the_window_no_longer_count(clock: ManualClock) -> None:
     ctrl = controller(clock, window_s=2.0)
     ctrl.observe_queue_wait(10.0)
     ctrl.update()  # over: the sustain starts
@@ -164,7 +156,7 @@ def test_samples_older_than_the_window_no_longer_count(clock: Clock) -> None:
     assert ctrl.update() == 0  # the old spike never sustained an overload
 
 
-def test_p95_ignores_one_outlier_in_twenty(clock: Clock) -> None:
+def test_p95_ignores_one_outlier_in_twenty(clock: ManualClock) -> None:
     ctrl = controller(clock, window_s=100.0)
     for _ in range(19):
         ctrl.observe_queue_wait(0.1)
@@ -177,7 +169,7 @@ def test_p95_ignores_one_outlier_in_twenty(clock: Clock) -> None:
 # ---- the ttft signal ---------------------------------------------------------------------------
 
 
-def test_ttft_alone_triggers(clock: Clock) -> None:
+def test_ttft_alone_triggers(clock: ManualClock) -> None:
     ctrl = controller(clock, queue_wait_p95_s=None, ttft_p95_s=0.5)
     levels = run(ctrl, clock, 11, queue_wait=100.0, ttft=1.0)  # queue wait has no SLO here
     assert levels == [0] * 5 + [1] * 5 + [2]
@@ -186,7 +178,7 @@ def test_ttft_alone_triggers(clock: Clock) -> None:
     assert ctrl.level == 0
 
 
-def test_either_signal_over_is_overload_and_both_must_recover(clock: Clock) -> None:
+def test_either_signal_over_is_overload_and_both_must_recover(clock: ManualClock) -> None:
     ctrl = controller(clock, queue_wait_p95_s=1.0, ttft_p95_s=0.5)
     run(ctrl, clock, 6, queue_wait=0.1, ttft=1.0)
     assert ctrl.level == 1
@@ -199,7 +191,7 @@ def test_either_signal_over_is_overload_and_both_must_recover(clock: Clock) -> N
 # ---- per request -------------------------------------------------------------------------------
 
 
-def test_for_request_applies_only_the_steps_of_its_class(clock: Clock) -> None:
+def test_for_request_applies_only_the_steps_of_its_class(clock: ManualClock) -> None:
     ctrl = controller(clock)
     climb_to(ctrl, clock, 1)
     assert ctrl.for_request("interactive").steps == ()
@@ -218,7 +210,7 @@ def test_for_request_applies_only_the_steps_of_its_class(clock: Clock) -> None:
     assert ctrl.for_request("normal").step("cap_max_tokens") is None
 
 
-def test_for_request_updates_the_level(clock: Clock) -> None:
+def test_for_request_updates_the_level(clock: ManualClock) -> None:
     ctrl = controller(clock)
     ctrl.observe_queue_wait(2.0)
     assert ctrl.for_request("batch").steps == ()

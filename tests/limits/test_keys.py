@@ -6,19 +6,12 @@ import hmac
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import Budget
 from titan.errors import AuthenticationError, InvalidRequestError, StorageUnavailableError
 from titan.limits import keys as keys_module
 from titan.limits.keys import NAMESPACE, ApiKey, KeyPolicy, KeyRing, hash_key, parse_key_id
 from titan.storage.memory import MemoryDocuments
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class CountingDocuments(MemoryDocuments):
@@ -34,8 +27,8 @@ class CountingDocuments(MemoryDocuments):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock(1_800_000_000.0)
 
 
 @pytest.fixture
@@ -44,7 +37,7 @@ def documents() -> CountingDocuments:
 
 
 @pytest.fixture
-def ring(documents: CountingDocuments, clock: Clock) -> KeyRing:
+def ring(documents: CountingDocuments, clock: ManualClock) -> KeyRing:
     return KeyRing(documents, now=clock, cache_s=5.0)
 
 
@@ -125,7 +118,7 @@ async def test_secrets_may_contain_dashes(ring: KeyRing, documents: CountingDocu
     assert await ring.authenticate(key) == record
 
 
-async def test_revoked_keys_are_refused_at_once_here(ring: KeyRing, clock: Clock) -> None:
+async def test_revoked_keys_are_refused_at_once_here(ring: KeyRing, clock: ManualClock) -> None:
     key, record = await ring.create("acme")
     await ring.authenticate(key)  # cached now
     clock.now += 1
@@ -142,7 +135,7 @@ async def test_revoked_keys_are_refused_at_once_here(ring: KeyRing, clock: Clock
 
 
 async def test_a_revocation_elsewhere_applies_within_the_cache_time(
-    documents: CountingDocuments, clock: Clock
+    documents: CountingDocuments, clock: ManualClock
 ) -> None:
     here = KeyRing(documents, now=clock, cache_s=5.0)
     elsewhere = KeyRing(documents, now=clock, cache_s=5.0)
@@ -156,7 +149,7 @@ async def test_a_revocation_elsewhere_applies_within_the_cache_time(
 
 
 async def test_lookups_are_cached_per_instance_hits_only(
-    ring: KeyRing, documents: CountingDocuments, clock: Clock
+    ring: KeyRing, documents: CountingDocuments, clock: ManualClock
 ) -> None:
     key, _ = await ring.create("acme")
     documents.num_gets = 0
@@ -190,7 +183,7 @@ async def test_the_cache_is_bounded(
     assert documents.num_gets == 1
 
 
-async def test_expired_keys_are_refused(ring: KeyRing, clock: Clock) -> None:
+async def test_expired_keys_are_refused(ring: KeyRing, clock: ManualClock) -> None:
     key, record = await ring.create("acme", policy=KeyPolicy(expires_at=clock.now + 60))
     assert not record.is_expired(clock.now)
     assert await ring.authenticate(key) == record
@@ -200,7 +193,7 @@ async def test_expired_keys_are_refused(ring: KeyRing, clock: Clock) -> None:
     assert f"{record.key_id} expired on" in error.message
 
 
-async def test_list_get_and_has_keys(ring: KeyRing, clock: Clock) -> None:
+async def test_list_get_and_has_keys(ring: KeyRing, clock: ManualClock) -> None:
     assert await ring.has_keys() is False and await ring.list() == []
     _, first = await ring.create("acme")
     clock.now += 1
@@ -255,7 +248,7 @@ class DownDocuments(CountingDocuments):
 
 
 async def test_an_unreachable_store_serves_recent_keys_from_the_cache_and_refuses_others(
-    clock: Clock,
+    clock: ManualClock,
 ) -> None:
     documents = DownDocuments()
     stale: list[StorageUnavailableError] = []

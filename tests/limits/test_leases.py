@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import Limits
 from titan.errors import RateLimitError
 from titan.limits.rates import RateLimiter, Scope
@@ -20,14 +21,6 @@ from titan.storage.base import ConcurrencySlot
 from titan.storage.memory import MemoryLimits
 
 TTL = 30.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class RenewingLimits(MemoryLimits):
@@ -51,12 +44,12 @@ class RenewingLimits(MemoryLimits):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def store(clock: Clock) -> RenewingLimits:
+def store(clock: ManualClock) -> RenewingLimits:
     return RenewingLimits(clock)
 
 
@@ -79,7 +72,7 @@ async def test_a_running_request_keeps_its_slot_for_many_ttls(store, clock) -> N
     assert limiter.renew_interval_s == TTL / 3
     running = await limiter.reserve([conc(1)], 1, "a")
     for _ in range(30):  # 300 s, ten TTLs, renewed every TTL/3
-        clock.t += TTL / 3
+        clock.now += TTL / 3
         assert await limiter.renew_leases() == 1
     assert await is_refused(limiter, [conc(1)], "b")
     await running.finish(1)
@@ -112,16 +105,16 @@ async def test_a_replica_that_stops_renewing_frees_its_slots_after_one_ttl(store
     held = [await killed.reserve([conc(2)], 1, f"k{i}") for i in range(2)]
     mine = await alive.reserve([conc(9, "tenant", "t")], 1, "mine")  # alive keeps renewing
     for _ in range(2):
-        clock.t += TTL / 3
+        clock.now += TTL / 3
         await alive.renew_leases()
         assert await is_refused(alive, [conc(2)], "x")
-    clock.t += TTL / 3 - 0.01
+    clock.now += TTL / 3 - 0.01
     assert await is_refused(alive, [conc(2)], "x")
-    clock.t += 0.01  # one TTL after "killed" took them (it never renewed nor finished)
+    clock.now += 0.01  # one TTL after "killed" took them (it never renewed nor finished)
     assert not await is_refused(alive, [conc(2)], "x")
     assert len(held) == 2 and killed.num_held == 2
     await alive.renew_leases()
-    clock.t += TTL / 3  # "mine" is older than one TTL too, but renewed
+    clock.now += TTL / 3  # "mine" is older than one TTL too, but renewed
     tenant_slot = ConcurrencySlot("rl:tenant:t:conc", 1)
     assert not (await store.acquire([], [tenant_slot], lease_id="y")).is_admitted
     await mine.finish(1)

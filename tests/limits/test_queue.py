@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import Priority
 from titan.errors import OverloadedError
 from titan.limits.queue import AdmissionQueue, Admitted
@@ -15,20 +16,7 @@ from titan.limits.queue import AdmissionQueue, Admitted
 FAR = 3_600.0
 
 
-class Clock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def make_queue(clock: Clock, capacity: int | None = 1, max_queue: int = 16) -> AdmissionQueue:
+def make_queue(clock: ManualClock, capacity: int | None = 1, max_queue: int = 16) -> AdmissionQueue:
     return AdmissionQueue("m", capacity, max_queue, now=clock)
 
 
@@ -39,7 +27,7 @@ async def settle_loop() -> None:
 
 
 def enter(
-    queue: AdmissionQueue, clock: Clock, priority: Priority = "normal"
+    queue: AdmissionQueue, clock: ManualClock, priority: Priority = "normal"
 ) -> asyncio.Task[Admitted]:
     return asyncio.create_task(queue.enter(priority, clock.now + FAR))
 
@@ -53,7 +41,9 @@ async def next_done(tasks: set[asyncio.Task[Admitted]]) -> asyncio.Task[Admitted
     return task
 
 
-async def measure(queue: AdmissionQueue, clock: Clock, service_s: float, times: int = 1) -> None:
+async def measure(
+    queue: AdmissionQueue, clock: ManualClock, service_s: float, times: int = 1
+) -> None:
     """Requests that each hold a slot for ``service_s`` (the queue must be idle)."""
     for _ in range(times):
         admitted = await queue.enter("normal", clock.now + FAR)
@@ -64,7 +54,7 @@ async def measure(queue: AdmissionQueue, clock: Clock, service_s: float, times: 
 # ---- slots -------------------------------------------------------------------------------------
 
 
-async def test_second_request_waits_for_the_slot(clock: Clock) -> None:
+async def test_second_request_waits_for_the_slot(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     first = await queue.enter("normal", clock.now + FAR)
     assert first.wait_s == 0.0
@@ -84,7 +74,7 @@ async def test_second_request_waits_for_the_slot(clock: Clock) -> None:
     assert queue.num_running == 0
 
 
-async def test_leave_twice_frees_one_slot(clock: Clock) -> None:
+async def test_leave_twice_frees_one_slot(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=2)
     a = await queue.enter("normal", clock.now + FAR)
     b = await queue.enter("normal", clock.now + FAR)
@@ -95,7 +85,7 @@ async def test_leave_twice_frees_one_slot(clock: Clock) -> None:
     assert queue.num_running == 0
 
 
-async def test_capacity_none_never_queues(clock: Clock) -> None:
+async def test_capacity_none_never_queues(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=None, max_queue=0)
     held = [await queue.enter("batch", clock.now + 1.0) for _ in range(100)]
     assert all(a.wait_s == 0.0 for a in held)
@@ -109,7 +99,7 @@ async def test_capacity_none_never_queues(clock: Clock) -> None:
 # ---- order -------------------------------------------------------------------------------------
 
 
-async def test_priority_order_then_fifo(clock: Clock) -> None:
+async def test_priority_order_then_fifo(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
     arrivals: list[tuple[str, Priority]] = [
@@ -150,7 +140,7 @@ async def test_priority_order_then_fifo(clock: Clock) -> None:
 # ---- refusals ----------------------------------------------------------------------------------
 
 
-async def test_full_queue_refuses_at_once(clock: Clock) -> None:
+async def test_full_queue_refuses_at_once(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1, max_queue=2)
     running = await queue.enter("normal", clock.now + FAR)
     waiting = [enter(queue, clock), enter(queue, clock)]
@@ -171,7 +161,7 @@ async def test_full_queue_refuses_at_once(clock: Clock) -> None:
     assert queue.num_running == 0
 
 
-async def test_max_queue_zero_refuses_when_busy(clock: Clock) -> None:
+async def test_max_queue_zero_refuses_when_busy(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1, max_queue=0)
     running = await queue.enter("normal", clock.now + FAR)
     with pytest.raises(OverloadedError) as caught:
@@ -180,7 +170,7 @@ async def test_max_queue_zero_refuses_when_busy(clock: Clock) -> None:
     queue.leave(running)
 
 
-async def test_full_queue_retry_after_follows_the_service_rate(clock: Clock) -> None:
+async def test_full_queue_retry_after_follows_the_service_rate(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=2, max_queue=1)
     await measure(queue, clock, 4.0)
     running = [await queue.enter("normal", clock.now + FAR) for _ in range(2)]
@@ -198,7 +188,7 @@ async def test_full_queue_retry_after_follows_the_service_rate(clock: Clock) -> 
 # ---- predicted wait and deadlines --------------------------------------------------------------
 
 
-async def test_predicted_wait_from_measured_service_time(clock: Clock) -> None:
+async def test_predicted_wait_from_measured_service_time(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=2)
     assert queue.predicted_wait_s("normal") == 0.0  # idle
     await measure(queue, clock, 3.0, times=3)
@@ -222,7 +212,7 @@ async def test_predicted_wait_from_measured_service_time(clock: Clock) -> None:
     assert queue.num_waiting == 0
 
 
-async def test_service_time_is_an_ewma(clock: Clock) -> None:
+async def test_service_time_is_an_ewma(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     assert queue.service_time_s is None
     await measure(queue, clock, 2.0)
@@ -235,7 +225,7 @@ async def test_service_time_is_an_ewma(clock: Clock) -> None:
     assert queue.service_time_s == pytest.approx(3.0)
 
 
-async def test_unreachable_deadline_is_refused_at_once(clock: Clock) -> None:
+async def test_unreachable_deadline_is_refused_at_once(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     await measure(queue, clock, 2.0)
     running = await queue.enter("normal", clock.now + FAR)
@@ -263,7 +253,7 @@ async def test_unreachable_deadline_is_refused_at_once(clock: Clock) -> None:
     assert queue.num_running == 0
 
 
-async def test_free_slot_admits_whatever_the_deadline(clock: Clock) -> None:
+async def test_free_slot_admits_whatever_the_deadline(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     await measure(queue, clock, 10.0)
     admitted = await queue.enter("normal", clock.now + 1.0)
@@ -271,7 +261,7 @@ async def test_free_slot_admits_whatever_the_deadline(clock: Clock) -> None:
     queue.leave(admitted)
 
 
-async def test_queued_request_is_dropped_when_its_deadline_passes(clock: Clock) -> None:
+async def test_queued_request_is_dropped_when_its_deadline_passes(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
     assert queue.service_time_s is None  # the real timeout is the whole deadline
@@ -294,7 +284,7 @@ async def test_queued_request_is_dropped_when_its_deadline_passes(clock: Clock) 
     assert queue.num_waiting == 0
 
 
-async def test_release_after_a_drop_frees_the_slot(clock: Clock) -> None:
+async def test_release_after_a_drop_frees_the_slot(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
     with pytest.raises(OverloadedError):
@@ -310,7 +300,7 @@ async def test_release_after_a_drop_frees_the_slot(clock: Clock) -> None:
 # ---- clients that leave ------------------------------------------------------------------------
 
 
-async def test_cancelled_waiter_is_removed(clock: Clock) -> None:
+async def test_cancelled_waiter_is_removed(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
     gone = enter(queue, clock, "interactive")
@@ -329,7 +319,7 @@ async def test_cancelled_waiter_is_removed(clock: Clock) -> None:
     assert queue.num_waiting == 0
 
 
-async def test_cancelled_right_after_the_grant_passes_the_slot_on(clock: Clock) -> None:
+async def test_cancelled_right_after_the_grant_passes_the_slot_on(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
     gone = enter(queue, clock)
@@ -347,7 +337,7 @@ async def test_cancelled_right_after_the_grant_passes_the_slot_on(clock: Clock) 
 
 
 async def test_cancelled_after_the_grant_with_nobody_waiting_frees_the_slot(
-    clock: Clock,
+    clock: ManualClock,
 ) -> None:
     queue = make_queue(clock, capacity=1)
     running = await queue.enter("normal", clock.now + FAR)
@@ -364,7 +354,7 @@ async def test_cancelled_after_the_grant_with_nobody_waiting_frees_the_slot(
     queue.leave(admitted)
 
 
-def test_snapshot(clock: Clock) -> None:
+def test_snapshot(clock: ManualClock) -> None:
     queue = make_queue(clock, capacity=3)
     assert queue.snapshot() == {
         "capacity": 3,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import Limits
 from titan.errors import RateLimitError
 from titan.limits.rates import RateLimiter, Reservation, Scope, format_reset
@@ -14,18 +15,10 @@ from titan.storage.base import Acquisition, Bucket, ConcurrencySlot, Settlement
 from titan.storage.memory import MemoryLimits
 
 
-class Clock:
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class CountingLimits(MemoryLimits):
     """Counts every call to the store, to tell requests without limits from the rest."""
 
-    def __init__(self, now: Clock) -> None:
+    def __init__(self, now: ManualClock) -> None:
         super().__init__(now)
         self.calls: list[str] = []
 
@@ -50,12 +43,12 @@ class CountingLimits(MemoryLimits):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def store(clock: Clock) -> CountingLimits:
+def store(clock: ManualClock) -> CountingLimits:
     return CountingLimits(clock)
 
 
@@ -99,7 +92,7 @@ async def test_rpm_admits_exactly_rpm_requests_then_refuses(limiter: RateLimiter
     assert "key 'k1'" in error.message
 
 
-async def test_rpm_refills_over_time(limiter: RateLimiter, clock: Clock) -> None:
+async def test_rpm_refills_over_time(limiter: RateLimiter, clock: ManualClock) -> None:
     scope = key(rpm=60)  # one request a second
     for i in range(60):
         await limiter.reserve([scope], 1, f"r{i}")
@@ -117,7 +110,7 @@ async def test_rpm_refills_over_time(limiter: RateLimiter, clock: Clock) -> None
     await refused(limiter, [scope])
 
 
-async def test_refusal_changes_nothing(limiter: RateLimiter, clock: Clock) -> None:
+async def test_refusal_changes_nothing(limiter: RateLimiter, clock: ManualClock) -> None:
     scope = key(rpm=2)
     await limiter.reserve([scope], 1, "a")
     await limiter.reserve([scope], 1, "b")
@@ -145,7 +138,7 @@ async def test_tpm_reserves_then_settle_refunds_the_overestimate(
 
 
 async def test_settle_above_the_reservation_charges_more(
-    limiter: RateLimiter, store: CountingLimits, clock: Clock
+    limiter: RateLimiter, store: CountingLimits, clock: ManualClock
 ) -> None:
     scope = key(tpm=1_000)
     bucket = tpm_bucket(scope, limiter)
@@ -222,7 +215,9 @@ async def test_tightest_bucket_speaks_in_the_headers(limiter: RateLimiter) -> No
     }
 
 
-async def test_refused_tpm_reports_its_retry_and_scope(limiter: RateLimiter, clock: Clock) -> None:
+async def test_refused_tpm_reports_its_retry_and_scope(
+    limiter: RateLimiter, clock: ManualClock
+) -> None:
     own = Scope("key", "k1", Limits(rpm=100))
     model = Scope("model", "m", Limits(tpm=600))  # 10 tokens a second
     await limiter.reserve([own, model], 500, "a")

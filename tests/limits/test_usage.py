@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config.admission import Price
 from titan.errors import InvalidRequestError
 from titan.limits.usage import NAMESPACE, UsageLedger, cost_usd, period_of
@@ -17,18 +18,10 @@ def at(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class TtlCounters(MemoryCounters):
     """Remembers the ttl of each increment."""
 
-    def __init__(self, now: Clock) -> None:
+    def __init__(self, now: ManualClock) -> None:
         super().__init__(now=now)
         self.ttls: dict[str, float | None] = {}
 
@@ -38,17 +31,17 @@ class TtlCounters(MemoryCounters):
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock(at("2026-11-29 17:30:00"))
+def clock() -> ManualClock:
+    return ManualClock(at("2026-11-29 17:30:00"))
 
 
 @pytest.fixture
-def counters(clock: Clock) -> TtlCounters:
+def counters(clock: ManualClock) -> TtlCounters:
     return TtlCounters(clock)
 
 
 @pytest.fixture
-def ledger(counters: TtlCounters, clock: Clock) -> UsageLedger:
+def ledger(counters: TtlCounters, clock: ManualClock) -> UsageLedger:
     return UsageLedger(counters, now=clock)
 
 
@@ -105,7 +98,7 @@ async def test_scope_parts_with_a_separator_are_refused(ledger: UsageLedger) -> 
 
 
 async def test_spent_follows_the_calendar_across_boundaries(
-    ledger: UsageLedger, clock: Clock
+    ledger: UsageLedger, clock: ManualClock
 ) -> None:
     clock.now = at("2026-11-30 23:59:59")
     await record(ledger, cost=1.0)
@@ -122,7 +115,7 @@ async def test_spent_follows_the_calendar_across_boundaries(
     assert await ledger.spent_usd("tenant:nobody", "month") == 0.0
 
 
-async def test_report_rows_per_period_and_model(ledger: UsageLedger, clock: Clock) -> None:
+async def test_report_rows_per_period_and_model(ledger: UsageLedger, clock: ManualClock) -> None:
     clock.now = at("2026-11-29 17:10:00")
     await record(ledger)
     clock.now = at("2026-11-29 18:05:00")  # the next hour, same day
@@ -160,7 +153,9 @@ async def test_report_rows_per_period_and_model(ledger: UsageLedger, clock: Cloc
     ]
 
 
-async def test_report_range_keeps_the_periods_it_touches(ledger: UsageLedger, clock: Clock) -> None:
+async def test_report_range_keeps_the_periods_it_touches(
+    ledger: UsageLedger, clock: ManualClock
+) -> None:
     for when in ("2026-10-31 23:00:00", "2026-11-01 00:30:00", "2026-11-02 12:00:00"):
         clock.now = at(when)
         await record(ledger)

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
+from tests.clock import ManualClock
 from titan.config import BreakerConfig
 from titan.router.breaker import BreakerState, CircuitBreaker
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def make(**overrides) -> tuple[CircuitBreaker, Clock]:
-    clock = Clock()
+def make(**overrides) -> tuple[CircuitBreaker, ManualClock]:
+    clock = ManualClock(0.0)
     config = BreakerConfig(**{"consecutive_errors": 3, "open_s": 10.0, **overrides})
     return CircuitBreaker(config, clock), clock
 
@@ -28,9 +21,9 @@ def test_opens_after_consecutive_errors_and_half_opens_after_the_open_period():
     breaker.record_failure()
     assert breaker.state == BreakerState.OPEN and not breaker.allows()
     assert "3 consecutive errors" in breaker.last_reason
-    clock.t = 9.9
+    clock.now = 9.9
     assert not breaker.allows()
-    clock.t = 10.0
+    clock.now = 10.0
     assert breaker.state == BreakerState.HALF_OPEN and breaker.allows()
 
 
@@ -47,7 +40,7 @@ def test_half_open_admits_a_limited_number_of_trials():
     breaker, clock = make(half_open_requests=2)
     for _ in range(3):
         breaker.record_failure()
-    clock.t = 10.0
+    clock.now = 10.0
     assert breaker.allows()
     breaker.on_start()
     assert breaker.allows()
@@ -59,26 +52,26 @@ def test_half_open_success_closes_and_failure_reopens():
     breaker, clock = make()
     for _ in range(3):
         breaker.record_failure()
-    clock.t = 10.0
+    clock.now = 10.0
     breaker.on_start()
     breaker.record_success(0.05)
     assert breaker.state == BreakerState.CLOSED
     for _ in range(3):
         breaker.record_failure()
-    clock.t = 20.0
+    clock.now = 20.0
     breaker.on_start()
     breaker.record_failure()
     assert breaker.state == BreakerState.OPEN
-    clock.t = 29.0
+    clock.now = 29.0
     assert not breaker.allows()  # a fresh open period started at t=20
-    clock.t = 30.0
+    clock.now = 30.0
     assert breaker.allows()
 
 
 def test_error_rate_over_the_window_trips_it():
     breaker, clock = make(consecutive_errors=100, error_rate=0.5, min_requests=10, window_s=5)
     for i in range(10):
-        clock.t = i * 0.1
+        clock.now = i * 0.1
         if i % 2:
             breaker.record_failure()
         else:
@@ -92,7 +85,7 @@ def test_old_outcomes_leave_the_window():
     for _ in range(3):
         breaker.record_failure()
         breaker.record_success(0.1)
-    clock.t = 100.0  # the failures are long gone
+    clock.now = 100.0  # the failures are long gone
     breaker.record_success(0.1)
     breaker.record_failure()
     assert breaker.state == BreakerState.CLOSED
@@ -115,7 +108,7 @@ def test_probes_feed_it():
     assert breaker.state == BreakerState.OPEN
     breaker.record_probe(is_healthy=True)
     assert breaker.state == BreakerState.OPEN  # still within its open period
-    clock.t = 10.0
+    clock.now = 10.0
     breaker.record_probe(is_healthy=True)
     assert breaker.state == BreakerState.CLOSED
 
@@ -124,9 +117,9 @@ def test_late_failures_while_open_neither_extend_it_nor_count_as_openings():
     breaker, clock = make()
     for _ in range(3):
         breaker.record_failure()
-    clock.t = 5.0
+    clock.now = 5.0
     for _ in range(5):  # requests sent before it opened, failing now
         breaker.record_failure()
     assert breaker.num_openings == 1
-    clock.t = 10.0  # the open period still ends 10 s after it opened
+    clock.now = 10.0  # the open period still ends 10 s after it opened
     assert breaker.state == BreakerState.HALF_OPEN

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config import config_from_mapping
 from titan.errors import AuthenticationError
 from titan.observability.metrics import TitanMetrics
@@ -17,19 +18,11 @@ from titan.storage import open_storage
 STORE = "memory://"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def authenticator(clock: Clock | None = None, **auth: object) -> Authenticator:
+async def authenticator(clock: ManualClock | None = None, **auth: object) -> Authenticator:
     config = config_from_mapping({"storage": STORE, "auth": auth}, "test", environ={})
     storage = await open_storage(STORE)
     health = StorageHealth(storage, TitanMetrics())
-    return Authenticator(config, storage, health, now=clock or Clock())
+    return Authenticator(config, storage, health, now=clock or ManualClock())
 
 
 async def test_the_start_log_names_the_storage_and_says_auth_is_off_without_keys(caplog):
@@ -81,7 +74,7 @@ async def test_with_only_a_master_key_a_401_says_how_the_first_key_is_made():
 async def test_a_titan_key_presented_while_auth_looks_off_is_checked_at_once():
     """A key made a moment ago elsewhere: its first requests must be its own (its tenant's),
     not anonymous ones, although the server last looked for keys less than key_cache_s ago."""
-    clock = Clock()
+    clock = ManualClock()
     auth = await authenticator(clock, key_cache_s=60)
     await auth.start()
     assert not auth.is_auth_on

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.config import config_from_mapping
 from titan.observability.metrics import TitanMetrics
 from titan.service import Pipeline
@@ -20,15 +21,7 @@ from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 EPOCH = 1_800_000_000.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def sampler(metrics: TitanMetrics, clock: Clock, stats=dict, **kwargs) -> Dashboard:
+def sampler(metrics: TitanMetrics, clock: ManualClock, stats=dict, **kwargs) -> Dashboard:
     return Dashboard(
         metrics.registry.collect, stats, now=clock, clock=lambda: EPOCH + clock(), **kwargs
     )
@@ -64,7 +57,7 @@ def test_bucket_deltas_never_go_down():
 
 
 def test_rates_and_percentiles_come_from_the_interval_only():
-    metrics, clock = TitanMetrics(), Clock()
+    metrics, clock = TitanMetrics(), ManualClock(0.0)
     finish(metrics, "200", latency_s=50.0, n=100)  # before the baseline: never shown
     dashboard = sampler(metrics, clock)
     assert dashboard.sample() is None  # the baseline
@@ -78,7 +71,7 @@ def test_rates_and_percentiles_come_from_the_interval_only():
     metrics.cache_lookups.labels("sim", "miss").inc(1)
     for _ in range(4):
         metrics.ttft.labels("sim").observe(0.015)  # the (0.01, 0.02] bucket
-    clock.t = 2.0
+    clock.now = 2.0
     sample = dashboard.sample()
 
     assert sample is not None and dashboard.samples[-1] == sample
@@ -93,7 +86,7 @@ def test_rates_and_percentiles_come_from_the_interval_only():
     assert sample["latency_mean_s"] == pytest.approx(0.4)  # exact, unlike the percentiles
     assert sample["ttft_mean_s"] == pytest.approx(0.015)
 
-    clock.t = 3.0  # a quiet second
+    clock.now = 3.0  # a quiet second
     quiet = dashboard.sample()
     assert quiet is not None
     assert quiet["requests_per_s"] == quiet["errors_per_s"] == quiet["refusals_per_s"] == 0.0
@@ -152,20 +145,20 @@ def test_the_live_state_and_the_deployment_rows():
     no_engine, _ = read_state({"b": stats["b"]})
     assert no_engine["engine_batch"] is None and no_engine["kv_cache_usage"] is None
 
-    clock = Clock()
+    clock = ManualClock(0.0)
     dashboard = sampler(TitanMetrics(), clock, stats=lambda: stats)
     dashboard.sample()
-    clock.t = 1.0
+    clock.now = 1.0
     assert dashboard.sample()["queue_depth"] == 4  # type: ignore[index]
     data = dashboard.data()
     assert data["models"] == ["a", "b"] and len(data["deployments"]) == 4
 
 
 def test_the_ring_keeps_the_last_samples_and_since_filters():
-    clock = Clock()
+    clock = ManualClock(0.0)
     dashboard = sampler(TitanMetrics(), clock, num_samples=3)
     for second in range(6):
-        clock.t = float(second)
+        clock.now = float(second)
         dashboard.sample()
     times = [s["t"] for s in dashboard.data()["samples"]]
     assert times == [EPOCH + 3, EPOCH + 4, EPOCH + 5]

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from tests.clock import ManualClock
 from titan.config import SimulationProfile
 from titan.simulate import FailureKind, Simulation
 from titan.simulate.faults import RUNTIME_FAULT, FaultBoard
@@ -18,34 +19,26 @@ from titan.simulate.server import create_simulator_app
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def fault(**fields: object):
     return RUNTIME_FAULT.validate_python(fields)
 
 
 def board_and_simulation(profile: SimulationProfile | None = None):
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     simulation = Simulation(profile or SimulationProfile(ttft_s=0.1, inter_token_s=0.01), clock)
     return clock, FaultBoard(clock), simulation
 
 
 def test_a_fault_applies_from_its_injection_for_its_duration():
     clock, board, simulation = board_and_simulation()
-    clock.now_s = 5.0
+    clock.now = 5.0
     active = board.inject(fault(kind="latency_spike", duration_s=2, multiplier=10))
     assert (active.start_s, active.ends_s) == (5.0, 7.0)
-    clock.now_s = 6.9
+    clock.now = 6.9
     slowed = board.shape(simulation.plan())
     assert slowed.ttft_s == pytest.approx(1.0) and slowed.inter_token_s == pytest.approx(0.1)
     assert slowed.is_spike
-    clock.now_s = 7.0
+    clock.now = 7.0
     assert board.shape(simulation.plan()).ttft_s == pytest.approx(0.1)
     assert board.active() == []
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.storage import CacheEntry, CacheStore, open_storage
 from titan.storage.memory_cache import MemoryCache
 from titan.storage.sqlite import SqliteDatabase
@@ -21,24 +22,15 @@ from titan.storage.sqlite_cache import SqliteCache
 NS = "exact"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        self.t += 0.001
-        return self.t
-
-
 @dataclass
 class Harness:
     cache: CacheStore
     now: Callable[[], float]
-    fake_clock: Clock | None = None
+    fake_clock: ManualClock | None = None
 
     async def advance(self, seconds: float) -> None:
         if self.fake_clock is not None:
-            self.fake_clock.t += seconds
+            self.fake_clock.now += seconds
         else:
             await asyncio.sleep(seconds)
 
@@ -67,10 +59,10 @@ class Harness:
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
 async def h(request, tmp_path) -> AsyncIterator[Harness]:
     if request.param == "memory":
-        clock = Clock()
+        clock = ManualClock(1_700_000_000.0, tick=0.001)
         yield Harness(MemoryCache(now=clock), clock, clock)
     elif request.param == "sqlite":
-        clock = Clock()
+        clock = ManualClock(1_700_000_000.0, tick=0.001)
         db = await SqliteDatabase.open(tmp_path / "cache.db")
         yield Harness(SqliteCache(db, now=clock), clock, clock)
         await db.close()

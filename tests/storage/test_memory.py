@@ -6,25 +6,13 @@ import math
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.storage.base import Bucket, ConcurrencySlot, Settlement
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def limits(clock: Clock) -> MemoryLimits:
+def limits(clock: ManualClock) -> MemoryLimits:
     return MemoryLimits(now=clock)
 
 
@@ -35,15 +23,15 @@ def rpm(cost: float = 1, key: str = "k") -> Bucket:
 async def test_a_new_bucket_is_full_and_refills_up_to_capacity(limits, clock):
     got = await limits.acquire([rpm(50)])
     assert got.is_admitted and got.remaining == (10,) and got.now == 1000.0
-    clock.t += 20
+    clock.now += 20
     assert await limits.peek([rpm()]) == (30,)
-    clock.t += 1000
+    clock.now += 1000
     assert await limits.peek([rpm()]) == (60,)
 
 
 async def test_refused_bucket_reports_its_index_and_retry_after(limits, clock):
     await limits.acquire([rpm(58)])
-    clock.t += 0.5
+    clock.now += 0.5
     got = await limits.acquire([rpm(1, "a"), rpm(5)])
     assert not got.is_admitted
     assert got.refused_bucket == 1 and got.refused_slot is None
@@ -78,7 +66,7 @@ async def test_negative_settle_is_debt_that_refill_pays_back(limits, clock):
     assert await limits.peek([rpm()]) == (-30,)
     got = await limits.acquire([rpm(1)])
     assert not got.is_admitted and got.retry_after_s == pytest.approx(31)
-    clock.t += 31
+    clock.now += 31
     assert (await limits.acquire([rpm(1)])).is_admitted
 
 
@@ -98,7 +86,7 @@ async def test_concurrency_limit_release_and_lease_expiry(limits, clock):
     await limits.release([slot], "b")
     assert (await limits.acquire([], [slot], lease_id="c", lease_ttl_s=100)).is_admitted
     assert not (await limits.acquire([], [slot], lease_id="d")).is_admitted
-    clock.t += 10  # lease "a" expires at its TTL
+    clock.now += 10  # lease "a" expires at its TTL
     assert (await limits.acquire([], [slot], lease_id="d")).is_admitted
 
 
@@ -106,10 +94,10 @@ async def test_renew_extends_a_live_lease_only(limits, clock):
     slot = ConcurrencySlot("c", limit=1)
     assert (await limits.acquire([], [slot], lease_id="a", lease_ttl_s=10)).is_admitted
     for _ in range(5):  # 40 s on a 10 s lease, renewed every 8 s
-        clock.t += 8
+        clock.now += 8
         await limits.renew([(slot, "a")], 10)
     assert not (await limits.acquire([], [slot], lease_id="b")).is_admitted
-    clock.t += 10  # not renewed any more: it expires exactly at its TTL
+    clock.now += 10  # not renewed any more: it expires exactly at its TTL
     await limits.renew([(slot, "a")], 10)  # too late: an expired lease stays gone
     assert (await limits.acquire([], [slot], lease_id="b", lease_ttl_s=10)).is_admitted
     await limits.release([slot], "b")
@@ -126,7 +114,7 @@ async def test_sweep_forgets_only_full_buckets(clock, monkeypatch):
     monkeypatch.setattr("titan.storage.memory.SWEEP_EVERY", 2)
     limits = MemoryLimits(now=clock)
     await limits.acquire([rpm(1, "full-again"), rpm(60, "empty")])
-    clock.t += 1
+    clock.now += 1
     await limits.acquire([])  # the sweep runs here
     assert await limits.peek([rpm(key="full-again"), rpm(key="empty")]) == (60, 1)
 
@@ -158,9 +146,9 @@ async def test_counters_increment_read_scan_and_expire(clock):
     assert await counters.scan("usage", "k1:") == [
         ("k1:2024-01", {"requests": 2, "tokens": 10, "usd": 0.5})
     ]
-    clock.t += 30
+    clock.now += 30
     await counters.increment("usage", "k2:2024-01", {"requests": 1})  # keeps its expiry
-    clock.t += 30
+    clock.now += 30
     assert await counters.read("usage", "k2:2024-01") == {}
     assert [i for i, _ in await counters.scan("usage", "k2")] == []
     await counters.increment("usage", "k2:2024-01", {"requests": 1})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.clock import ManualClock
 from tests.context.test_rag import WordEmbedder, loader
 from titan.config.data_at_rest import RETENTION_NAMESPACES, DataAtRestConfig, parse_duration
 from titan.context.rag.files import CONTENTS, FILES
@@ -19,15 +20,7 @@ DAY = 86400.0
 TEXT = b"Remote work is allowed three days a week. Adoption leave lasts sixteen weeks."
 
 
-class Clock:
-    def __init__(self, now: float = 1_700_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def retained_storage(clock: Clock, **retention: str):
+async def retained_storage(clock: ManualClock, **retention: str):
     config = DataAtRestConfig(retention=retention)
     return await open_storage("memory://", now=clock, data_at_rest=config)
 
@@ -66,7 +59,7 @@ def test_the_retained_namespaces_are_the_ones_the_code_writes():
 
 
 async def test_expired_documents_read_as_gone_before_any_sweep():
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     storage = await retained_storage(clock, conversations="1d")
     documents = storage.documents
     await documents.put("responses", "t\x1fresp_1", {"text": "hello"})
@@ -84,7 +77,7 @@ async def test_expired_documents_read_as_gone_before_any_sweep():
 
 
 async def test_a_write_restarts_the_retention_and_old_data_is_stamped_not_dropped():
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     plain = await open_storage("memory://", now=clock)
     await plain.documents.put("agent_state", "t\x1fold", {"_version": "v", "state": 1})
     storage = await retained_storage(clock, agent_state="1h")
@@ -103,7 +96,7 @@ async def test_a_write_restarts_the_retention_and_old_data_is_stamped_not_droppe
 
 
 async def test_the_sweep_purges_expired_files_and_stores_with_their_chunks():
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     storage = await retained_storage(clock, files="2d", vector_stores="5d")
     documents = storage.documents
     stores = VectorStores(documents, loader(WordEmbedder()), clock)

@@ -7,15 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.clock import ManualClock
 from titan.storage.sqlite import SqliteCounters, SqliteDatabase, SqliteDocuments
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
@@ -39,7 +32,7 @@ async def test_documents(db):
 
 
 async def test_counters_increment_read_scan_and_expire(db):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     counters = SqliteCounters(db, now=clock)
     await counters.increment("usage", "k1:m", {"requests": 1, "tokens": 10})
     await counters.increment("usage", "k1:m", {"requests": 1, "usd": 0.25})
@@ -53,9 +46,9 @@ async def test_counters_increment_read_scan_and_expire(db):
         ("k1:m", {"requests": 2, "tokens": 10, "usd": 0.25})
     ]
     assert await counters.scan("usage", "k%") == []  # a prefix, not a LIKE pattern
-    clock.t += 30
+    clock.now += 30
     await counters.increment("usage", "k2:m", {"new": 1})  # joins the counter's expiry
-    clock.t += 30
+    clock.now += 30
     assert await counters.read("usage", "k2:m") == {}
     assert await counters.scan("usage", "k2") == []
     await counters.increment("usage", "k2:m", {"requests": 1})
