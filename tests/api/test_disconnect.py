@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 
 from tests.api.conftest import make_app
 from tests.api.fakes import FakeEngine
-from titan.api.responses import EventStreamResponse
+from titan.api.serialization import EventStreamResponse
 
 USER = [{"role": "user", "content": "hi"}]
 

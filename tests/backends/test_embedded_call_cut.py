@@ -1,4 +1,4 @@
-"""A forced "required" reply is cut at its first repeated call (backends/embedded_call_cut.py):
+"""A forced "required" reply is cut at its first repeated call (backends/embedded/call_cut.py):
 the scanner finds items by depth outside strings, whatever braces or escapes the strings hold."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from titan.backends.embedded_call_cut import RepeatedCallCut, cut_repeated_calls
+from titan.backends.embedded.call_cut import RepeatedCallCut, cut_repeated_calls
 from titan.engine.outputs import FinishReason, RequestOutput
 
 ADD = '{"name": "add", "arguments": {"a": 1, "b": 2}}'

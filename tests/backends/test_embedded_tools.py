@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from titan.backends.embedded_tool_parser import choice_message, parse_marked_calls
-from titan.backends.embedded_tool_stream import ToolCallStream
-from titan.backends.embedded_tools import (
+from titan.backends.embedded.tool_parser import choice_message, parse_marked_calls
+from titan.backends.embedded.tool_stream import ToolCallStream
+from titan.backends.embedded.tools import (
     ToolPlan,
     forced_call_constraint,
     render_chat_prompt,

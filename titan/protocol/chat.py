@@ -84,7 +84,7 @@ class ChatRequestMessage(RequestModel):
     content: Content = None
     name: str | None = None
     # An assistant turn's calls and a tool result's call id (the embedded backend renders them;
-    # titan/backends/embedded_tools.py checks their shape).
+    # titan/backends/embedded/tools.py checks their shape).
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 

@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from titan.api.parsing import parse_client_request
-from titan.api.responses import answer, answer_stream
+from titan.api.serialization import answer, answer_stream
 from titan.api.state import pipeline_of
 from titan.protocol import ChatCompletionRequest
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from titan.api.responses import json_response
+from titan.api.serialization import json_response
 from titan.api.state import pipeline_of
 
 

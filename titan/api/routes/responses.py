@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from titan.api.parsing import ROUTING_HEADERS, presented_api_key, read_json_object
-from titan.api.responses import EventStreamResponse
+from titan.api.serialization import EventStreamResponse
 from titan.api.state import pipeline_of
 from titan.errors import InvalidRequestError
 from titan.service import ResponsesService

@@ -10,12 +10,12 @@ call streams its arguments token by token (the name is known before the model st
 
 from __future__ import annotations
 
-from titan.backends.embedded_tool_parser import (
+from titan.backends.embedded.tool_parser import (
     call_from_block,
     new_call_id,
     parse_forced_calls,
 )
-from titan.backends.embedded_tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolPlan
+from titan.backends.embedded.tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolPlan
 from titan.protocol.chat import ChatDelta, ToolCall, ToolCallDelta, ToolCallFunctionDelta
 
 

@@ -1,24 +1,24 @@
-"""Embedded requests as engine jobs: one job per choice of each prompt (n x prompts), and the
+"""Embedded requests as engine runs: one run per choice of each prompt (n x prompts), and the
 usage they add up to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from titan.backends.embedded_choices import (
+from titan.backends.embedded.choices import (
     beam_search_options,
     num_sampled_choices,
     scoring_params,
 )
-from titan.backends.embedded_convert import (
+from titan.backends.embedded.convert import (
     check_chat_supported,
     check_completion_supported,
     choice_seed,
     resolve_max_tokens,
     sampling_params,
 )
-from titan.backends.embedded_tools import ToolPlan, forced_call_constraint, render_chat_prompt
+from titan.backends.embedded.engine_handle import EngineHandle
+from titan.backends.embedded.tools import ToolPlan, forced_call_constraint, render_chat_prompt
 from titan.engine.outputs import TokenLogprob
 from titan.engine.sampling import SamplingParams
 from titan.errors import InvalidRequestError
@@ -26,7 +26,7 @@ from titan.protocol import ChatCompletionRequest, CompletionRequest, Usage
 
 
 @dataclass(frozen=True)
-class Job:
+class ChoiceRun:
     """One engine request: one choice of one prompt."""
 
     choice_index: int  # prompt_index * n + i
@@ -35,7 +35,7 @@ class Job:
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: int = 0
-    # n > 1: the job of the same prompt whose prompt KV this one forks (computed once).
+    # n > 1: the run of the same prompt whose prompt KV this one forks (computed once).
     share_prompt_with: str | None = None
     # A forced "required" reply with parallel calls: cut at the first repeated call.
     cuts_repeated_calls: bool = False
@@ -50,7 +50,7 @@ class ChoiceResult:
     num_cached_tokens: int = 0
 
 
-def usage_of(jobs: list[Job], results: list[ChoiceResult]) -> Usage:
+def usage_of(runs: list[ChoiceRun], results: list[ChoiceResult]) -> Usage:
     """Prompt tokens once per prompt (not once per choice), completion tokens summed.
 
     The n choices of a prompt share it, and only one of them had to compute it: the prompt's
@@ -58,10 +58,10 @@ def usage_of(jobs: list[Job], results: list[ChoiceResult]) -> Usage:
     """
     num_prompt_tokens: dict[int, int] = {}
     num_cached_tokens: dict[int, int] = {}
-    for job, result in zip(jobs, results, strict=True):
-        num_prompt_tokens[job.prompt_index] = len(job.prompt_token_ids)
-        previous = num_cached_tokens.get(job.prompt_index, result.num_cached_tokens)
-        num_cached_tokens[job.prompt_index] = min(previous, result.num_cached_tokens)
+    for run, result in zip(runs, results, strict=True):
+        num_prompt_tokens[run.prompt_index] = len(run.prompt_token_ids)
+        previous = num_cached_tokens.get(run.prompt_index, result.num_cached_tokens)
+        num_cached_tokens[run.prompt_index] = min(previous, result.num_cached_tokens)
     return Usage.of(
         sum(num_prompt_tokens.values()),
         sum(result.num_output_tokens for result in results),
@@ -83,9 +83,9 @@ def _with_forced_calls(params: SamplingParams, plan: ToolPlan) -> SamplingParams
     return replace(params, structured=constraint)
 
 
-def chat_jobs(
-    engine: Any, request: ChatCompletionRequest, request_id: str, plan: ToolPlan
-) -> list[Job]:
+def chat_runs(
+    engine: EngineHandle, request: ChatCompletionRequest, request_id: str, plan: ToolPlan
+) -> list[ChoiceRun]:
     check_chat_supported(request)
     tokenizer = engine.tokenizer
     text = render_chat_prompt(tokenizer, request, plan)
@@ -95,7 +95,7 @@ def chat_jobs(
     )
     beam_search_options(request)  # a bad combination is a 400 before anything runs
     return [
-        Job(
+        ChoiceRun(
             choice_index=i,
             prompt_index=0,
             request_id=f"{request_id}-{i}",
@@ -117,7 +117,7 @@ def chat_jobs(
     ]
 
 
-def _completion_prompt(engine: Any, prompt: str | list[int]) -> list[int]:
+def _completion_prompt(engine: EngineHandle, prompt: str | list[int]) -> list[int]:
     tokenizer = engine.tokenizer
     if isinstance(prompt, str):
         # As vLLM: a raw prompt gets the tokenizer's special tokens (BOS, if it has one).
@@ -136,14 +136,14 @@ def _completion_prompt(engine: Any, prompt: str | list[int]) -> list[int]:
     return token_ids
 
 
-def completion_jobs(
-    engine: Any, request: CompletionRequest, request_id: str
-) -> tuple[list[Job], list[str]]:
-    """The jobs, and each prompt's text (for echo)."""
+def completion_runs(
+    engine: EngineHandle, request: CompletionRequest, request_id: str
+) -> tuple[list[ChoiceRun], list[str]]:
+    """The runs, and each prompt's text (for echo)."""
     check_completion_supported(request)
     beam_search_options(request)  # a bad combination is a 400 before anything runs
     num_choices = num_sampled_choices(request)
-    jobs: list[Job] = []
+    runs: list[ChoiceRun] = []
     prompt_texts: list[str] = []
     for prompt_index, prompt in enumerate(request.prompts):
         prompt_ids = _completion_prompt(engine, prompt)
@@ -154,7 +154,7 @@ def completion_jobs(
         max_tokens = resolve_max_tokens(
             request.max_tokens, len(prompt_ids), engine.max_model_len, "prompt"
         )
-        first_job_id = f"{request_id}-{prompt_index * num_choices}"
+        first_run_id = f"{request_id}-{prompt_index * num_choices}"
         for i in range(num_choices):
             params = sampling_params(
                 request,
@@ -163,16 +163,16 @@ def completion_jobs(
                 seed=choice_seed(request.seed, i),
             )
             choice_index = prompt_index * num_choices + i
-            job_id = f"{request_id}-{choice_index}"
-            jobs.append(
-                Job(
+            run_id = f"{request_id}-{choice_index}"
+            runs.append(
+                ChoiceRun(
                     choice_index,
                     prompt_index,
-                    job_id,
+                    run_id,
                     prompt_ids,
                     scoring_params(params, request),
                     request.priority,
-                    share_prompt_with=first_job_id if i else None,
+                    share_prompt_with=first_run_id if i else None,
                 )
             )
-    return jobs, prompt_texts
+    return runs, prompt_texts

@@ -2,7 +2,7 @@
 
 Forced to call, SmolLM2-135M writes its one call again and again (`[{"name": "add", ...},
 {"name": "add", ...}, ...`) until the array's cap or max_tokens. The reply is a JSON array of
-calls, read only when whole (embedded_tool_parser.parse_forced_calls), so the engine's text can
+calls, read only when whole (tool_parser.parse_forced_calls), so the engine's text can
 be held here: when an item closes that equals an earlier one (same name, same arguments), the
 array is cut after the item before it and closed, and the request stops. The same calls come
 back as without the cut, sooner and without the wasted tokens.

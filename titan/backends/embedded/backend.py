@@ -1,4 +1,5 @@
-"""The embedded backend: OpenAI requests served by the in-process engine (titan.engine)."""
+"""The embedded backend: OpenAI requests served by the in-process engine (titan.engine), one
+engine request per choice (runs.py)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,30 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
-from titan.backends.embedded_call_cut import cut_repeated_calls
-from titan.backends.embedded_choices import (
+from titan.backends.embedded.call_cut import cut_repeated_calls
+from titan.backends.embedded.choices import (
     beam_search_options,
     best_choices,
     check_beam_params,
     fill_from_beams,
     num_sampled_choices,
 )
-from titan.backends.embedded_convert import (
+from titan.backends.embedded.convert import (
     chat_logprobs,
     completion_logprobs,
     finish_reason,
 )
-from titan.backends.embedded_jobs import ChoiceResult, Job, chat_jobs, completion_jobs, usage_of
-from titan.backends.embedded_tool_parser import choice_message, tool_finish_reason
-from titan.backends.embedded_tool_stream import ToolCallStream
-from titan.backends.embedded_tools import tool_plan
+from titan.backends.embedded.engine_handle import EngineHandle
+from titan.backends.embedded.runs import (
+    ChoiceResult,
+    ChoiceRun,
+    chat_runs,
+    completion_runs,
+    usage_of,
+)
+from titan.backends.embedded.tool_parser import choice_message, tool_finish_reason
+from titan.backends.embedded.tool_stream import ToolCallStream
+from titan.backends.embedded.tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
 from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
@@ -52,7 +60,7 @@ if TYPE_CHECKING:
 
 SYSTEM_FINGERPRINT = "fp_titan_embedded"
 
-EngineFactory = Callable[[EngineConfig], Awaitable["AsyncEngine"]]
+EngineFactory = Callable[[EngineConfig], Awaitable[EngineHandle]]
 
 
 async def start_engine(config: EngineConfig) -> AsyncEngine:
@@ -90,7 +98,7 @@ class EmbeddedBackend:
         self._name = name
         self._engine_config = engine_config(config)
         self._engine_factory = engine_factory
-        self._engine: Any = None  # AsyncEngine once started (Any: fakes stand in for it)
+        self._engine: EngineHandle | None = None  # once started
         self._created = int(time.time())
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -154,39 +162,39 @@ class EmbeddedBackend:
             "num_active_streams": engine.num_active_streams,
         }
 
-    def _running_engine(self) -> Any:
+    def _running_engine(self) -> EngineHandle:
         engine = self._engine
         if engine is None:
             raise ServiceUnavailableError("The embedded model is not loaded yet; retry shortly.")
         return engine
 
-    # ---- requests → engine jobs ----------------------------------------------------------
+    # ---- requests → engine runs ----------------------------------------------------------
 
     async def _outputs(
-        self, engine: Any, job: Job, beam: BeamSearchParams | None = None
+        self, engine: EngineHandle, run: ChoiceRun, beam: BeamSearchParams | None = None
     ) -> AsyncIterator[RequestOutput]:
-        """The engine's outputs for one job; leaving early closes (and so aborts) it."""
+        """The engine's outputs for one run; leaving early closes (and so aborts) it."""
         # Only when set: engines that know neither (test fakes) serve plain requests.
         options: dict[str, Any] = (
-            {"share_prompt_with": job.share_prompt_with} if job.share_prompt_with else {}
+            {"share_prompt_with": run.share_prompt_with} if run.share_prompt_with else {}
         )
         if beam is not None:
             options["beam"] = beam
         stream = engine.generate(
-            job.request_id, job.prompt_token_ids, job.params, priority=job.priority, **options
+            run.request_id, run.prompt_token_ids, run.params, priority=run.priority, **options
         )
         async with closing_stream(stream):
-            outputs = cut_repeated_calls(stream) if job.cuts_repeated_calls else stream
+            outputs = cut_repeated_calls(stream) if run.cuts_repeated_calls else stream
             async for output in outputs:
                 yield output
                 if output.is_finished:
                     return
-        raise EngineError(f"The engine ended request {job.request_id} without finishing it.")
+        raise EngineError(f"The engine ended request {run.request_id} without finishing it.")
 
-    async def _run_to_end(self, engine: Any, job: Job) -> ChoiceResult:
+    async def _run_to_end(self, engine: EngineHandle, run: ChoiceRun) -> ChoiceResult:
         result = ChoiceResult()
         text_parts = []
-        async with closing_stream(self._outputs(engine, job)) as outputs:
+        async with closing_stream(self._outputs(engine, run)) as outputs:
             async for output in outputs:
                 text_parts.append(output.text)
                 if output.logprobs:
@@ -197,38 +205,43 @@ class EmbeddedBackend:
         result.text = "".join(text_parts)
         return result
 
-    async def _run_all(self, engine: Any, jobs: list[Job]) -> list[ChoiceResult]:
-        return await gather_all([self._run_to_end(engine, job) for job in jobs])
+    async def _run_all(self, engine: EngineHandle, runs: list[ChoiceRun]) -> list[ChoiceResult]:
+        return await gather_all([self._run_to_end(engine, run) for run in runs])
 
     async def _run_choices(
-        self, engine: Any, jobs: list[Job], request: ChatCompletionRequest | CompletionRequest
-    ) -> tuple[list[Job], list[ChoiceResult]]:
-        """Run the jobs; best_of keeps the n best, beam search fills n choices per prompt."""
+        self,
+        engine: EngineHandle,
+        runs: list[ChoiceRun],
+        request: ChatCompletionRequest | CompletionRequest,
+    ) -> tuple[list[ChoiceRun], list[ChoiceResult]]:
+        """Run the choices; best_of keeps the n best, beam search fills n choices per prompt."""
         beam = beam_search_options(request)
         if beam is None:
-            results = await self._run_all(engine, jobs)
+            results = await self._run_all(engine, runs)
             if num_sampled_choices(request) > request.n:
-                return best_choices(jobs, results, request.n)
-            return jobs, results
-        check_beam_params([job.params for job in jobs])
-        results = [ChoiceResult() for _ in jobs]
-        firsts = [index for index, job in enumerate(jobs) if job.share_prompt_with is None]
-        outputs = await gather_all([self._run_beam(engine, jobs[i], beam) for i in firsts])
+                return best_choices(runs, results, request.n)
+            return runs, results
+        check_beam_params([run.params for run in runs])
+        results = [ChoiceResult() for _ in runs]
+        firsts = [index for index, run in enumerate(runs) if run.share_prompt_with is None]
+        outputs = await gather_all([self._run_beam(engine, runs[i], beam) for i in firsts])
         for first, output in zip(firsts, outputs, strict=True):
             fill_from_beams(output, results[first : first + request.n])
-        return jobs, results
+        return runs, results
 
-    async def _run_beam(self, engine: Any, job: Job, beam: BeamSearchParams) -> RequestOutput:
-        async with closing_stream(self._outputs(engine, job, beam)) as outputs:
+    async def _run_beam(
+        self, engine: EngineHandle, run: ChoiceRun, beam: BeamSearchParams
+    ) -> RequestOutput:
+        async with closing_stream(self._outputs(engine, run, beam)) as outputs:
             async for output in outputs:
                 if output.is_finished:
                     return output
-        raise EngineError(f"The engine ended request {job.request_id} without finishing it.")
+        raise EngineError(f"The engine ended request {run.request_id} without finishing it.")
 
     def _merged_outputs(
-        self, engine: Any, jobs: list[Job]
+        self, engine: EngineHandle, runs: list[ChoiceRun]
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
-        return merge([self._outputs(engine, job) for job in jobs])
+        return merge([self._outputs(engine, run) for run in runs])
 
     # ---- chat ------------------------------------------------------------------------------
 
@@ -236,15 +249,15 @@ class EmbeddedBackend:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
         plan = tool_plan(request, self._max_tool_calls)
-        jobs = chat_jobs(engine, request, request_id, plan)
-        jobs, results = await self._run_choices(engine, jobs, request)
+        runs = chat_runs(engine, request, request_id, plan)
+        runs, results = await self._run_choices(engine, runs, request)
         choices = []
-        for job, result in zip(jobs, results, strict=True):
+        for run, result in zip(runs, results, strict=True):
             # Each choice's reply is read for tool calls on its own.
             message, reason = choice_message(plan, result.text, result.finish_reason)
             choices.append(
                 ChatCompletionChoice(
-                    index=job.choice_index,
+                    index=run.choice_index,
                     message=message,
                     logprobs=chat_logprobs(result.logprobs) if request.logprobs else None,
                     finish_reason=reason,
@@ -255,7 +268,7 @@ class EmbeddedBackend:
             created=int(time.time()),
             model=engine.model_name,
             choices=choices,
-            usage=usage_of(jobs, results),
+            usage=usage_of(runs, results),
             system_fingerprint=SYSTEM_FINGERPRINT,
         )
 
@@ -265,7 +278,7 @@ class EmbeddedBackend:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
         plan = tool_plan(request, self._max_tool_calls)
-        jobs = chat_jobs(engine, request, request_id, plan)
+        runs = chat_runs(engine, request, request_id, plan)
         created = int(time.time())
 
         def chunk(
@@ -280,23 +293,23 @@ class EmbeddedBackend:
                 system_fingerprint=SYSTEM_FINGERPRINT,
             )
 
-        results = [ChoiceResult() for _ in jobs]
-        tool_streams = [ToolCallStream(plan) for _ in jobs]
+        results = [ChoiceResult() for _ in runs]
+        tool_streams = [ToolCallStream(plan) for _ in runs]
         has_sent_roles = False
-        async with closing_stream(self._merged_outputs(engine, jobs)) as outputs:
-            async for job_index, output in outputs:
+        async with closing_stream(self._merged_outputs(engine, runs)) as outputs:
+            async for run_index, output in outputs:
                 # The role chunks wait for the engine's first output, so that an error the
                 # engine raises at once still reaches the client as a plain HTTP error.
                 if not has_sent_roles:
                     has_sent_roles = True
-                    for job in jobs:
+                    for run in runs:
                         role_delta = ChatDelta(role="assistant", content="")
-                        yield chunk([ChatChunkChoice(index=job.choice_index, delta=role_delta)])
-                result = results[job_index]
+                        yield chunk([ChatChunkChoice(index=run.choice_index, delta=role_delta)])
+                result = results[run_index]
                 result.num_output_tokens = output.num_output_tokens
                 result.num_cached_tokens = output.num_cached_tokens
                 reason = finish_reason(output.finish_reason)
-                tool_stream = tool_streams[job_index]
+                tool_stream = tool_streams[run_index]
                 # Text a tool call may be starting in is held back by the tool stream.
                 deltas = tool_stream.feed(output.text)
                 if reason:
@@ -312,7 +325,7 @@ class EmbeddedBackend:
                     yield chunk(
                         [
                             ChatChunkChoice(
-                                index=jobs[job_index].choice_index,
+                                index=runs[run_index].choice_index,
                                 delta=delta,
                                 logprobs=logprobs if position == 0 else None,
                                 finish_reason=reason if is_last else None,
@@ -320,24 +333,24 @@ class EmbeddedBackend:
                         ]
                     )
         if request.include_usage:
-            yield chunk([], usage=usage_of(jobs, results))
+            yield chunk([], usage=usage_of(runs, results))
 
     # ---- completions -----------------------------------------------------------------------
 
     async def completion(self, request: CompletionRequest) -> Completion:
         engine = self._running_engine()
         request_id = make_id("cmpl")
-        jobs, prompt_texts = completion_jobs(engine, request, request_id)
-        jobs, results = await self._run_choices(engine, jobs, request)
+        runs, prompt_texts = completion_runs(engine, request, request_id)
+        runs, results = await self._run_choices(engine, runs, request)
         choices = []
-        for job, result in zip(jobs, results, strict=True):
-            prefix = prompt_texts[job.prompt_index] if request.echo else ""
+        for run, result in zip(runs, results, strict=True):
+            prefix = prompt_texts[run.prompt_index] if request.echo else ""
             logprobs = None
             if request.logprobs is not None:
                 logprobs, _ = completion_logprobs(result.logprobs, len(prefix))
             choices.append(
                 CompletionChoice(
-                    index=job.choice_index,
+                    index=run.choice_index,
                     text=prefix + result.text,
                     logprobs=logprobs,
                     finish_reason=result.finish_reason,
@@ -348,14 +361,14 @@ class EmbeddedBackend:
             created=int(time.time()),
             model=engine.model_name,
             choices=choices,
-            usage=usage_of(jobs, results),
+            usage=usage_of(runs, results),
             system_fingerprint=SYSTEM_FINGERPRINT,
         )
 
     async def completion_stream(self, request: CompletionRequest) -> AsyncIterator[Completion]:
         engine = self._running_engine()
         request_id = make_id("cmpl")
-        jobs, prompt_texts = completion_jobs(engine, request, request_id)
+        runs, prompt_texts = completion_runs(engine, request, request_id)
         created = int(time.time())
 
         def chunk(choices: list[CompletionChoice], usage: Usage | None = None) -> Completion:
@@ -368,31 +381,31 @@ class EmbeddedBackend:
                 system_fingerprint=SYSTEM_FINGERPRINT,
             )
 
-        results = [ChoiceResult() for _ in jobs]
-        has_echoed = [not request.echo] * len(jobs)
-        text_offsets = [0] * len(jobs)
-        async with closing_stream(self._merged_outputs(engine, jobs)) as outputs:
-            async for job_index, output in outputs:
-                job = jobs[job_index]
-                result = results[job_index]
+        results = [ChoiceResult() for _ in runs]
+        has_echoed = [not request.echo] * len(runs)
+        text_offsets = [0] * len(runs)
+        async with closing_stream(self._merged_outputs(engine, runs)) as outputs:
+            async for run_index, output in outputs:
+                run = runs[run_index]
+                result = results[run_index]
                 result.num_output_tokens = output.num_output_tokens
                 result.num_cached_tokens = output.num_cached_tokens
                 text = output.text
-                if not has_echoed[job_index]:
-                    has_echoed[job_index] = True
-                    text = prompt_texts[job.prompt_index] + text
+                if not has_echoed[run_index]:
+                    has_echoed[run_index] = True
+                    text = prompt_texts[run.prompt_index] + text
                 reason = finish_reason(output.finish_reason)
                 if not (text or output.logprobs or reason):
                     continue
                 logprobs = None
                 if request.logprobs is not None:
-                    logprobs, text_offsets[job_index] = completion_logprobs(
-                        output.logprobs or (), text_offsets[job_index]
+                    logprobs, text_offsets[run_index] = completion_logprobs(
+                        output.logprobs or (), text_offsets[run_index]
                     )
                 yield chunk(
                     [
                         CompletionChoice(
-                            index=job.choice_index,
+                            index=run.choice_index,
                             text=text,
                             logprobs=logprobs,
                             finish_reason=reason,
@@ -400,4 +413,4 @@ class EmbeddedBackend:
                     ]
                 )
         if request.include_usage:
-            yield chunk([], usage=usage_of(jobs, results))
+            yield chunk([], usage=usage_of(runs, results))

@@ -5,7 +5,7 @@ turns' ``tool_calls`` and the ``tool`` results go to the template as HF passes t
 (SmolLM2's template, ChatML) the tools are described in a system message in the Hermes/Qwen
 format, calls in the history are written as ``<tool_call>{...}</tool_call>`` and results as
 ``<tool_response>...</tool_response>`` in a user turn: the format the reply is parsed in
-(titan/backends/embedded_tool_parser.py).
+(titan/backends/embedded/tool_parser.py).
 """
 
 from __future__ import annotations

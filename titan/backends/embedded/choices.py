@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from titan.backends.embedded_convert import finish_reason
+from titan.backends.embedded.convert import finish_reason
 from titan.engine.beam_search import BeamSearchParams
 from titan.engine.outputs import RequestOutput
 from titan.engine.sampling import SamplingParams
@@ -81,20 +81,20 @@ def scoring_params(params: SamplingParams, request: Request) -> SamplingParams:
     return params
 
 
-def best_choices(jobs: list[Any], results: list[Any], n: int) -> tuple[list[Any], list[Any]]:
+def best_choices(runs: list[Any], results: list[Any], n: int) -> tuple[list[Any], list[Any]]:
     """Per prompt, the n results with the highest cumulative logprob, reindexed 0..n-1."""
     by_prompt: dict[int, list[tuple[Any, Any]]] = {}
-    for job, result in zip(jobs, results, strict=True):
-        by_prompt.setdefault(job.prompt_index, []).append((job, result))
-    kept_jobs, kept_results = [], []
+    for run, result in zip(runs, results, strict=True):
+        by_prompt.setdefault(run.prompt_index, []).append((run, result))
+    kept_runs, kept_results = [], []
     for prompt_index, pairs in by_prompt.items():
         ranked = sorted(
             pairs, key=lambda pair: sum(lp.logprob for lp in pair[1].logprobs), reverse=True
         )
-        for rank, (job, result) in enumerate(ranked[:n]):
-            kept_jobs.append(replace(job, choice_index=prompt_index * n + rank))
+        for rank, (run, result) in enumerate(ranked[:n]):
+            kept_runs.append(replace(run, choice_index=prompt_index * n + rank))
             kept_results.append(result)
-    return kept_jobs, kept_results
+    return kept_runs, kept_results
 
 
 def fill_from_beams(output: RequestOutput, results: list[Any]) -> None:

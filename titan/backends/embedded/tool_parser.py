@@ -3,7 +3,7 @@
 ``auto``: each ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` block naming a known
 tool with an object of arguments becomes a call; a block with invalid JSON or an unknown name
 stays in the content, as written (nothing the model said is lost). ``required``/``named``: the
-output was constrained to JSON (embedded_tools.forced_call_constraint) and is read directly.
+output was constrained to JSON (tools.forced_call_constraint) and is read directly.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import uuid
 from typing import Any
 
-from titan.backends.embedded_tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolPlan
+from titan.backends.embedded.tools import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, ToolPlan
 from titan.protocol.chat import ChatMessage, ToolCall, ToolCallFunction
 
 

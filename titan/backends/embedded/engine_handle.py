@@ -1,0 +1,40 @@
+"""The engine as the embedded backend sees it: what it uses of ``titan.engine.AsyncEngine``.
+
+A Protocol rather than AsyncEngine itself: test fakes stand in for the engine, and importing
+AsyncEngine at run time pulls in torch and the model code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from titan.engine.beam_search import BeamSearchParams
+    from titan.engine.outputs import EngineStats, RequestOutput
+    from titan.engine.sampling import SamplingParams
+    from titan.engine.tokenizer import Tokenizer
+
+
+class EngineHandle(Protocol):
+    model_name: str
+    max_model_len: int
+    tokenizer: Tokenizer
+
+    def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        *,
+        share_prompt_with: str | None = None,
+        beam: BeamSearchParams | None = None,
+    ) -> AsyncIterator[RequestOutput]: ...
+
+    def stats(self) -> EngineStats: ...
+
+    @property
+    def num_active_streams(self) -> int: ...
+
+    async def shutdown(self) -> None: ...
