@@ -85,7 +85,7 @@ async def test_no_policies_means_no_guardrail_step() -> None:
         await app.state.titan.start_task
         pipeline = app.state.titan.pipeline
         assert not pipeline.guard.is_active
-        assert pipeline.flow.guard is None  # the flow never calls into the guardrails
+        assert pipeline.services.flow.guard is None  # the flow never calls into the guardrails
 
 
 @pytest.fixture
@@ -137,7 +137,9 @@ async def test_cached_answers_pass_todays_output_policies() -> None:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
                 response = await client.post("/v1/chat/completions", json=body)
-                await app.state.titan.pipeline.flow.cache.close()  # stored before the next app
+                await (
+                    app.state.titan.pipeline.services.flow.cache.close()
+                )  # stored before the next app
                 streamed = await client.post("/v1/chat/completions", json={**body, "stream": True})
         assert response.headers["x-titan-cache"] == cache
         assert response.json()["choices"][0]["message"]["content"] == text

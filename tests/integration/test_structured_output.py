@@ -167,7 +167,7 @@ def test_overload_degradation_relaxes_the_constraint(
     )
     assert "x-titan-degraded" not in constrained.headers
     assert constrained.parse().choices[0].message.content in ("yes", "no")
-    controller = pipeline.gate.controllers["smol"]
+    controller = pipeline.services.flow.gates.degradation.controllers["smol"]
     controller.level = 1
     try:
         relaxed = client.chat.completions.with_raw_response.create(

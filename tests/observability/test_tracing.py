@@ -55,8 +55,8 @@ async def test_a_request_span_has_its_steps_and_attempts_and_joins_the_callers_t
     pipeline, exporter = traced_pipeline
     caplog.set_level(logging.INFO, logger="titan.requests")
     records = []
-    pipeline.flow.observer.request_log.write = records.append
-    await pipeline.complete(request({"traceparent": TRACEPARENT}))
+    pipeline.services.flow.observer.request_log.write = records.append
+    await pipeline.services.flow.complete(request({"traceparent": TRACEPARENT}))
     spans = {span.name: span for span in exporter.spans}
     assert {"titan.request", "titan.authenticate", "titan.route", "titan.admission",
             "titan.attempt"} <= set(spans)  # fmt: skip
@@ -76,14 +76,14 @@ async def test_a_request_span_has_its_steps_and_attempts_and_joins_the_callers_t
 
 async def test_without_a_caller_trace_a_new_one_starts(traced_pipeline):
     pipeline, exporter = traced_pipeline
-    await pipeline.complete(request({}))
+    await pipeline.services.flow.complete(request({}))
     (root,) = [s for s in exporter.spans if s.name == "titan.request"]
     assert root.parent_span_id == 0 and root.trace_id not in (0, int(PARENT_TRACE, 16))
 
 
 async def test_a_caller_that_did_not_sample_is_not_traced(traced_pipeline):
     pipeline, exporter = traced_pipeline
-    await pipeline.complete(request({"traceparent": TRACEPARENT[:-2] + "00"}))
+    await pipeline.services.flow.complete(request({"traceparent": TRACEPARENT[:-2] + "00"}))
     assert exporter.spans == []
 
 
@@ -105,6 +105,6 @@ async def test_the_attempts_span_goes_upstream_as_the_traceparent(traced_pipelin
         return await original(upstream_request)
 
     monkeypatch.setattr(backend, "complete", recording)
-    await pipeline.complete(request({"traceparent": TRACEPARENT}))
+    await pipeline.services.flow.complete(request({"traceparent": TRACEPARENT}))
     (attempt,) = [span for span in exporter.spans if span.name == "titan.attempt"]
     assert sent[0].headers["traceparent"] == f"00-{PARENT_TRACE}-{attempt.span_id:016x}-01"

@@ -60,20 +60,20 @@ async def degraded() -> AsyncIterator[Pipeline]:
     )
     pipeline = Pipeline(config, storage=memory())
     await pipeline.start()
-    pipeline.gate.controllers["big"].level = 3  # type: ignore[union-attr]
+    pipeline.services.flow.gates.degradation.controllers["big"].level = 3  # type: ignore[union-attr]
     yield pipeline
     await pipeline.shutdown()
 
 
 async def test_interactive_traffic_is_not_degraded(degraded: Pipeline):
-    routed = await degraded.complete(request("interactive", max_tokens=8))
+    routed = await degraded.services.flow.complete(request("interactive", max_tokens=8))
     assert routed.model == "big"
     assert "x-titan-degraded" not in routed.headers
     assert routed.value.usage.completion_tokens == 8  # type: ignore[union-attr]
 
 
 async def test_normal_traffic_goes_to_the_smaller_model_with_fewer_tokens(degraded: Pipeline):
-    routed = await degraded.complete(request("normal", max_tokens=8))
+    routed = await degraded.services.flow.complete(request("normal", max_tokens=8))
     assert routed.model == "small"
     assert routed.headers["x-titan-degraded"] == "fallback_model,cap_max_tokens"
     assert routed.value.usage.completion_tokens == 3  # type: ignore[union-attr]
@@ -82,10 +82,10 @@ async def test_normal_traffic_goes_to_the_smaller_model_with_fewer_tokens(degrad
 async def test_batch_traffic_gets_the_configured_reply_as_an_answer_and_a_stream(
     degraded: Pipeline,
 ):
-    routed = await degraded.complete(request("batch"))
+    routed = await degraded.services.flow.complete(request("batch"))
     assert routed.headers["x-titan-degraded"] == "cache_only"
     assert routed.value.choices[0].message.content == "Busy, try later."  # type: ignore[union-attr]
-    streamed = await degraded.stream(request("batch", stream=True))
+    streamed = await degraded.services.flow.stream(request("batch", stream=True))
     chunks = [chunk async for chunk in streamed.value]
     assert chunks[0].choices[0].delta.content == "Busy, try later."  # type: ignore[union-attr]
     assert chunks[-1].choices[0].finish_reason == "stop"  # type: ignore[union-attr]
@@ -112,9 +112,9 @@ async def test_cache_only_without_a_reply_refuses_with_503():
     pipeline = Pipeline(config, storage=memory())
     await pipeline.start()
     try:
-        pipeline.gate.controllers["big"].level = 1  # type: ignore[union-attr]
+        pipeline.services.flow.gates.degradation.controllers["big"].level = 1  # type: ignore[union-attr]
         with pytest.raises(OverloadedError) as refused:
-            await pipeline.complete(request("normal"))
+            await pipeline.services.flow.complete(request("normal"))
         assert refused.value.code == "degraded_cache_only"
     finally:
         await pipeline.shutdown()
@@ -132,7 +132,7 @@ async def test_a_stream_settles_its_token_reservation_when_it_ends():
     await pipeline.start()
     try:
         for _ in range(5):  # each reserves ~500 tokens and uses 16: without settling, 2 fit
-            streamed = await pipeline.stream(request(stream=True, max_tokens=500))
+            streamed = await pipeline.services.flow.stream(request(stream=True, max_tokens=500))
             assert [chunk async for chunk in streamed.value]
             assert streamed.headers["x-ratelimit-limit-tokens"] == "1000"
         snapshot = pipeline.stats()["big"]["admission"]["queue"]
@@ -165,16 +165,16 @@ async def test_an_open_bind_without_keys_is_refused_unless_allowed():
     keyed = Pipeline(config(), storage=memory())
     await keyed.storage.documents.put("api_keys", "000000000000", {})  # type: ignore[union-attr]
     await keyed.start()  # a key exists: auth is on
-    assert keyed.gate.auth.is_auth_on  # type: ignore[union-attr]
+    assert keyed.services.flow.gates.auth.is_auth_on  # type: ignore[union-attr]
     await keyed.shutdown()
 
     # A master key and no key yet (a fresh deployment): it starts, and lets nobody in but the
     # admin API, through which the first key is made.
     fresh = Pipeline(config(master_key="sk-master-0123456789abcdef"), storage=memory())
     await fresh.start()
-    assert fresh.gate.auth.is_auth_on  # type: ignore[union-attr]
+    assert fresh.services.flow.gates.auth.is_auth_on  # type: ignore[union-attr]
     with pytest.raises(AuthenticationError, match="didn't provide an API key"):
-        await fresh.complete(request())
+        await fresh.services.flow.complete(request())
     await fresh.shutdown()
 
 
@@ -195,7 +195,7 @@ async def test_the_cache_field_is_titans_own_and_never_reaches_the_upstream():
     )
     await pipeline.start()
     try:
-        routed = await pipeline.complete(request(cache="no-store", temperature=0))
+        routed = await pipeline.services.flow.complete(request(cache="no-store", temperature=0))
         assert routed.headers["x-titan-cache"] == "miss"
         assert bodies and "cache" not in bodies[0]
         assert bodies[0]["temperature"] == 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -168,10 +167,10 @@ def test_the_ring_keeps_the_last_samples_and_since_filters():
 
 async def test_it_samples_in_the_background_until_stopped():
     metrics = TitanMetrics()
-    pipeline = SimpleNamespace(metrics=metrics, stats=dict, dashboard=None)
-    pipeline.dashboard = Dashboard(metrics.registry.collect, dict, interval_s=0.01)
-    dashboard = Dashboard.of(pipeline)
-    assert Dashboard.of(pipeline) is dashboard and dashboard.is_running
+    dashboard = Dashboard(metrics.registry.collect, dict, interval_s=0.01)
+    dashboard.start()
+    dashboard.start()  # twice is harmless: one sampler
+    assert dashboard.is_running
     await asyncio.sleep(0.1)
     assert len(dashboard.samples) >= 2
     await dashboard.stop()
@@ -190,8 +189,9 @@ async def test_the_pipeline_shutdown_stops_the_dashboard():
     storage = Storage("memory://", MemoryDocuments(), MemoryCounters(), MemoryLimits())
     pipeline = Pipeline(config, storage=storage)
     await pipeline.start()
-    dashboard = Dashboard.of(pipeline)
-    assert pipeline.dashboard is dashboard and dashboard.is_running
+    dashboard = pipeline.dashboard
+    dashboard.start()
+    assert dashboard.is_running
     assert dashboard.models == ["sim"]
     assert dashboard.deployments[0]["health"] == "healthy"
     await pipeline.shutdown()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from typing import Any, TypeVar
 
@@ -16,17 +17,21 @@ from titan.api.errors import invalid_json, invalid_request_from_validation
 from titan.api.state import limits_of
 from titan.config import RequestLimits
 from titan.errors import InvalidRequestError
-from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, Endpoint
+from titan.protocol import (
+    ChatCompletionRequest,
+    ClientContext,
+    ClientRequest,
+    CompletionRequest,
+    Endpoint,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
 MAX_REQUEST_ID_CHARS = 128
-# Headers that steer the pipeline: a session for affinity routing, a total deadline, the
-# admission deadline and priority class, cache directives.
+# Headers that steer the pipeline: a session for affinity routing, the priority class, cache
+# directives (x-titan-timeout and x-titan-deadline are parsed into ClientContext's seconds).
 ROUTING_HEADERS = (
     "x-titan-session",
-    "x-titan-timeout",
-    "x-titan-deadline",
     "x-titan-priority",
     "x-titan-cache",
     "x-titan-timings",
@@ -109,19 +114,57 @@ async def parse_client_request(
     data = await read_json_object(request)
     parsed = validate(data, model)
     check_request(parsed, limits_of(request))
-    return ClientRequest(
-        endpoint=endpoint,
-        parsed=parsed,
-        body=data,
-        request_id=request_id_of(request),
+    return ClientRequest.sent(
+        client_context(request), endpoint, parsed, data, request_id_of(request)
+    )
+
+
+def client_context(request: Request) -> ClientContext:
+    """The caller's key and address, and the headers that steer the pipeline."""
+    headers = request.headers
+    return ClientContext(
         headers={
-            name: value
-            for name in ROUTING_HEADERS
-            if (value := request.headers.get(name)) is not None
+            name: value for name in ROUTING_HEADERS if (value := headers.get(name)) is not None
         },
         api_key=presented_api_key(request),
         client_host=request.client.host if request.client else None,
+        timeout_s=timeout_s(headers.get("x-titan-timeout")),
+        deadline_s=deadline_s(headers.get("x-titan-deadline")),
     )
+
+
+def timeout_s(header: str | None) -> float | None:
+    """``x-titan-timeout``: the request's total deadline in seconds (None: not given)."""
+    if header is None:
+        return None
+    seconds = _seconds(header)
+    if not seconds > 0:
+        raise InvalidRequestError(
+            f"Invalid x-titan-timeout header {header!r}: give the request's total deadline "
+            "in seconds, e.g. 'x-titan-timeout: 30'."
+        )
+    return seconds
+
+
+def deadline_s(header: str | None) -> float | None:
+    """``x-titan-deadline``: the seconds within which the answer is still useful (None: not
+    given); admission refuses at once what it cannot start in time."""
+    if header is None:
+        return None
+    seconds = _seconds(header)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise InvalidRequestError(
+            f"Invalid x-titan-deadline header {header!r}: give the seconds within which the "
+            "answer is still useful, e.g. 'x-titan-deadline: 20'."
+        )
+    return seconds
+
+
+def _seconds(header: str) -> float:
+    try:
+        return float(header)
+    except ValueError:
+        return -1.0  # refused as not positive
 
 
 def presented_api_key(request: Request) -> str | None:

@@ -1,4 +1,5 @@
-"""What the app keeps between requests: the pipeline and how its start went."""
+"""What the app keeps between requests: the pipeline and how its start went; the services its
+start built, for the routes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from titan.config import RequestLimits
-from titan.service import Pipeline
+from titan.errors import ServiceUnavailableError
+from titan.service import Pipeline, RequestFlow, Services
 
 
 @dataclass
@@ -25,6 +27,22 @@ def app_state(request: Request) -> AppState:
 
 def pipeline_of(request: Request) -> Pipeline:
     return request.app.state.titan.pipeline
+
+
+def services_of(request: Request) -> Services:
+    """The services the pipeline's start built; 503 until it has."""
+    services = pipeline_of(request).services
+    if services is None:
+        raise ServiceUnavailableError("Titan is still starting; retry shortly.")
+    return services
+
+
+def flow_of(request: Request) -> RequestFlow:
+    """The request path; 503 while the models load."""
+    services = pipeline_of(request).services
+    if services is None:
+        raise ServiceUnavailableError("The models are still loading; retry shortly.")
+    return services.flow
 
 
 def limits_of(request: Request) -> RequestLimits:

@@ -8,8 +8,8 @@ Baseline: the same requests through ``JobsService.execute`` (a job attempt's Cli
 ``pipeline.complete``), as many at once as there are workers, no queue. (2) Interactive latency:
 ``titan serve`` under a closed-loop interactive load, alone (A), then while a batch runs (B).
 
-The pipeline comes in as arguments (``build_pipeline`` and ``JobsService.of``, passed by the CLI):
-the layout rules keep ``titan.bench`` from importing ``titan.service``.
+The pipeline comes in as arguments (``build_pipeline`` and ``jobs_of``, passed by the CLI): the
+layout rules keep ``titan.bench`` from importing ``titan.service``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class InProcess:
     """What the throughput phase needs from ``titan.service``: ``build_pipeline`` (a
-    TitanConfig → Pipeline) and ``JobsService.of`` (a Pipeline → its JobsService)."""
+    TitanConfig → Pipeline) and ``jobs_of`` (a started Pipeline → its JobsService)."""
 
     build_pipeline: Callable[[Any], Any]
     jobs_of: Callable[[Any], Any]

@@ -318,7 +318,6 @@ def jobs(
     from titan.bench.processes import ServiceError
     from titan.errors import TitanError
     from titan.service import build_pipeline
-    from titan.service.jobs import JobsService
 
     overrides: dict = {"redis_url": None if skip_redis else redis_url}
     if num_jobs is not None:
@@ -326,7 +325,9 @@ def jobs(
     if duration is not None:
         overrides["duration_s"] = duration
     settings = JobsBenchSettings.quick(**overrides) if quick else JobsBenchSettings(**overrides)
-    hooks = InProcess(build_pipeline=build_pipeline, jobs_of=JobsService.of)
+    hooks = InProcess(
+        build_pipeline=build_pipeline, jobs_of=lambda pipeline: pipeline.services.jobs
+    )
     run_bench(
         "jobs",
         lambda progress: bench_jobs(settings, hooks, output=output, progress=progress),

@@ -22,7 +22,7 @@ from titan.protocol.common import (
     make_id,
 )
 from titan.protocol.completions import Completion, CompletionChoice, CompletionRequest
-from titan.protocol.envelope import ClientRequest, Endpoint
+from titan.protocol.envelope import ClientContext, ClientRequest, Endpoint
 from titan.protocol.models import ModelCard, ModelList
 from titan.protocol.raw import Answer, RawJSON, answer_bytes
 
@@ -39,6 +39,7 @@ __all__ = [
     "ChatRequestMessage",
     "ChatTokenLogprob",
     "ChatTopLogprob",
+    "ClientContext",
     "ClientRequest",
     "Completion",
     "CompletionChoice",

@@ -14,6 +14,18 @@ Endpoint = Literal["chat", "completion"]
 
 
 @dataclass(frozen=True)
+class ClientContext:
+    """Who sent a request and how its headers steer Titan (see ClientRequest's fields of the
+    same names): what the HTTP layer reads from a request besides its body."""
+
+    headers: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)
+    client_host: str | None = None
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True)
 class ClientRequest:
     """``parsed`` is the validated request; ``body`` is the client's JSON object exactly as
     received, unknown fields included, so that a passthrough backend forwards what Titan does not
@@ -33,6 +45,26 @@ class ClientRequest:
     # Work a key submitted earlier (a job) runs as that key, named by id: the secret is never
     # stored with the job.
     key_id: str | None = None
+    # x-titan-timeout: seconds for the whole request (None: server.request_timeout_s), and
+    # x-titan-deadline: seconds within which the answer is still useful, which admission
+    # plans against (None: admission.default_deadline_s). Parsed once, by the HTTP layer.
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+
+    @classmethod
+    def sent(
+        cls,
+        context: ClientContext,
+        endpoint: Endpoint,
+        parsed: ChatCompletionRequest | CompletionRequest,
+        body: Mapping[str, Any],
+        request_id: str,
+    ) -> ClientRequest:
+        """The request as ``context``'s client sent it."""
+        return cls(
+            endpoint, parsed, body, request_id, context.headers, context.api_key,
+            context.client_host, timeout_s=context.timeout_s, deadline_s=context.deadline_s,
+        )  # fmt: skip
 
     @property
     def max_output_tokens(self) -> int | None:

@@ -17,9 +17,10 @@ from titan.config import Settings
 from titan.config.admission import Budget, Priority
 from titan.errors import AuthenticationError, InvalidRequestError, NotFoundError
 from titan.limits.keys import KeyPolicy
-from titan.limits.usage import Granularity
+from titan.limits.usage import Granularity, UsageLedger
+from titan.limits.usage_buffer import UsageBuffer
 from titan.protocol.common import validated
-from titan.service.admission import Gatekeeper
+from titan.service.authentication import Authenticator
 
 
 class CreateKeyBody(Settings):
@@ -36,12 +37,20 @@ class CreateKeyBody(Settings):
 
 
 class AdminService:
-    def __init__(self, gate: Gatekeeper, cache: ResponseCache | None = None):
-        self.gate = gate
+    def __init__(
+        self,
+        auth: Authenticator,
+        usage: UsageLedger,
+        pending_usage: UsageBuffer,
+        cache: ResponseCache | None = None,
+    ):
+        self.auth = auth
+        self.usage_ledger = usage
+        self.pending_usage = pending_usage
         self.cache = cache
 
     def check_master_key(self, presented: str | None) -> None:
-        master = self.gate.config.auth.master_key
+        master = self.auth.config.auth.master_key
         if master is None:
             raise NotFoundError(
                 "The admin API is off: set auth.master_key (e.g. '${TITAN_MASTER_KEY}') in the "
@@ -68,17 +77,17 @@ class AdminService:
             expires_at=expires_at,
             budget=asked.budget,
         )
-        plaintext, record = await self.gate.auth.keys.create(
+        plaintext, record = await self.auth.keys.create(
             asked.tenant, name=asked.name, policy=policy
         )
-        self.gate.auth.enable()
+        self.auth.enable()
         return {"key": plaintext, **record.public()}
 
     async def list_keys(self, tenant: str | None) -> list[dict[str, Any]]:
-        return [key.public() for key in await self.gate.auth.keys.list(tenant)]
+        return [key.public() for key in await self.auth.keys.list(tenant)]
 
     async def revoke_key(self, key_id: str) -> dict[str, Any]:
-        if not await self.gate.auth.keys.revoke(key_id):
+        if not await self.auth.keys.revoke(key_id):
             raise NotFoundError(f"No API key with id '{key_id}'.", param="key_id")
         return {"id": key_id, "revoked": True}
 
@@ -106,17 +115,17 @@ class AdminService:
                 f"Invalid granularity {granularity!r}: use hour, day, month or total.",
                 param="granularity",
             )
-        await self.gate.pending_usage.flush()
-        rows = await self.gate.usage.report(scope, _granularity(granularity), start, end)
+        await self.pending_usage.flush()
+        rows = await self.usage_ledger.report(scope, _granularity(granularity), start, end)
         return {"object": "list", "granularity": granularity, "data": rows}
 
     async def own_usage(
         self, api_key: str | None, granularity: str, start: float | None, end: float | None
     ) -> dict[str, Any]:
-        await self.gate.auth.refresh()
-        if not self.gate.auth.is_auth_on:
+        await self.auth.refresh()
+        if not self.auth.is_auth_on:
             return await self.usage("all", granularity, start, end)
-        key = await self.gate.auth.key(api_key)
+        key = await self.auth.key(api_key)
         return await self.usage(f"key:{key.key_id}", granularity, start, end)
 
 

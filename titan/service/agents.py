@@ -6,19 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from titan.context.agent_state import AgentState, AgentStates
-from titan.service.admission import Gatekeeper
+from titan.service.authentication import Authenticator
 from titan.storage.base import DocumentStore
 
 __all__ = ["AgentService", "AgentState"]
 
 
 class AgentService:
-    def __init__(self, gate: Gatekeeper, documents: DocumentStore):
-        self.gate = gate
+    def __init__(self, auth: Authenticator, documents: DocumentStore):
+        self.auth = auth
         self.states = AgentStates(documents)
 
     async def tenant_of(self, api_key: str | None) -> str:
-        return await self.gate.auth.tenant_for(api_key)
+        return await self.auth.tenant_for(api_key)
 
     async def get(self, api_key: str | None, agent_id: str) -> AgentState:
         return await self.states.get(await self.tenant_of(api_key), agent_id)

@@ -1,4 +1,5 @@
-"""Authentication: whether this server needs API keys, and whose key a caller presents.
+"""Authentication: whether this server needs API keys, whose key a caller presents, and its
+priority class (``Authenticator.caller``).
 
 Auth is on as soon as any key exists in the storage (made by ``titan keys create``, through
 ``/admin/keys`` or by another replica; revoked keys count, so revoking every key never opens the
@@ -13,11 +14,13 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from ipaddress import ip_address
 
 from titan.config import TitanConfig
+from titan.config.admission import PRIORITIES, Priority
 from titan.config.summary import shown_url
-from titan.errors import AuthenticationError, StorageUnavailableError
+from titan.errors import AuthenticationError, InvalidRequestError, StorageUnavailableError
 from titan.limits.keys import ApiKey, KeyRing, parse_key_id
 from titan.protocol import ClientRequest
 from titan.service.storage_health import StorageHealth
@@ -36,6 +39,19 @@ def is_loopback(host: str) -> bool:
         return ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the key (None while auth is off), the address and the priority class."""
+
+    key: ApiKey | None
+    client_host: str | None
+    priority: Priority
+
+    @property
+    def tenant(self) -> str | None:
+        return self.key.tenant if self.key is not None else None
 
 
 class Authenticator:
@@ -129,6 +145,23 @@ class Authenticator:
         except StorageUnavailableError as exc:  # fail closed: 503, never 401
             self._health.failed("auth", exc, action="refuses keys not validated recently")
             raise
+
+    async def caller(self, request: ClientRequest) -> Caller:
+        key = await self.key_of(request)
+        return Caller(key, request.client_host, self._priority(request, key))
+
+    def _priority(self, request: ClientRequest, key: ApiKey | None) -> Priority:
+        asked = request.headers.get("x-titan-priority")
+        own = key.policy.priority if key is not None else None
+        if asked is None:
+            return own or self.config.admission.default_priority
+        allowed = own or "interactive"
+        if asked not in PRIORITIES:
+            raise InvalidRequestError(
+                f"Invalid x-titan-priority header {asked!r}: use one of {', '.join(PRIORITIES)}."
+            )
+        # A key may lower its class, never raise it above its policy's.
+        return max(asked, allowed, key=PRIORITIES.index)  # type: ignore[return-value]
 
     async def identify(self, api_key: str | None) -> tuple[str, str | None]:
         """(tenant, key id) of a caller; ("", None) when auth is off (one user)."""

@@ -214,16 +214,6 @@ class Dashboard:
         self._previous: tuple[float, Totals] | None = None  # the last read: when, and totals
         self._task: asyncio.Task[None] | None = None
 
-    @classmethod
-    def of(cls, pipeline: Any) -> Dashboard:
-        """The pipeline's one dashboard, sampling from its first use until the pipeline shuts
-        down (``Pipeline.shutdown`` stops it)."""
-        if pipeline.dashboard is None:
-            pipeline.dashboard = cls(pipeline.metrics.registry.collect, pipeline.stats)
-        dashboard: Dashboard = pipeline.dashboard
-        dashboard.start()
-        return dashboard
-
     @property
     def is_running(self) -> bool:
         return self._task is not None and not self._task.done()

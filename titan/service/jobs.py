@@ -16,15 +16,19 @@ from typing import Any
 
 import orjson
 
+from titan.config.jobs import JobsConfig
 from titan.context.rag.files import Files
 from titan.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
 from titan.jobs.batches import Batches
 from titan.jobs.models import ENDPOINTS, Owner, job_from_request, public_job
 from titan.jobs.worker import JobWorker, RetryPolicy
+from titan.observability.metrics import TitanMetrics
 from titan.protocol import ChatCompletionRequest, ClientRequest, CompletionRequest, answer_bytes
 from titan.protocol.common import list_object, validated
-from titan.service.pipeline import Pipeline
-from titan.storage.base import JOB_STATES, Job, JobQueue
+from titan.service.admission import Admission
+from titan.service.authentication import Authenticator
+from titan.service.requests import RequestFlow
+from titan.storage.base import JOB_STATES, Job, JobQueue, Storage
 from titan.storage.outage_log import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -42,32 +46,38 @@ def worker_name() -> str:
 
 
 class JobsService:
-    def __init__(self, pipeline: Pipeline):
-        self.pipeline = pipeline
-        self.config = pipeline.config.jobs
+    """The pipeline's one jobs service: it owns the in-process worker."""
+
+    def __init__(
+        self,
+        config: JobsConfig,
+        storage: Storage,
+        auth: Authenticator,
+        flow: RequestFlow,
+        admission: Admission,
+        metrics: TitanMetrics,
+    ):
+        self.config = config
+        self.storage = storage
+        self.auth = auth
+        self.flow = flow
+        self.admission = admission
+        self.metrics = metrics
         self.worker: JobWorker | None = None
         self._purging: asyncio.Task[None] | None = None
         self._batches: Batches | None = None
 
-    @classmethod
-    def of(cls, pipeline: Pipeline) -> JobsService:
-        """The pipeline's one service: it owns the in-process worker."""
-        if pipeline.jobs is None:
-            pipeline.jobs = cls(pipeline)
-        return pipeline.jobs  # type: ignore[no-any-return]
-
     @property
     def queue(self) -> JobQueue:
-        storage = self.pipeline.storage
-        if storage is None or storage.jobs is None or self.pipeline.gate is None:
+        if self.storage.jobs is None:
             raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-        return storage.jobs
+        return self.storage.jobs
 
     @property
     def batches(self) -> Batches:
         """The Batch API over the same queue (finalized by whichever worker ends a batch)."""
         if self._batches is None:
-            documents = self.pipeline.storage.documents  # type: ignore[union-attr]
+            documents = self.storage.documents
             self._batches = Batches(
                 documents, Files(documents, time.time), self.queue, self.check_request,
                 max_attempts=self.config.max_attempts, result_ttl_s=self.config.result_ttl_s,
@@ -75,7 +85,7 @@ class JobsService:
         return self._batches
 
     async def owner(self, api_key: str | None) -> Owner:
-        tenant, key_id = await self.pipeline.gate.auth.identify(api_key)  # type: ignore[union-attr]
+        tenant, key_id = await self.auth.identify(api_key)
         return Owner(tenant, key_id)
 
     # ---- the API ---------------------------------------------------------------------------
@@ -152,7 +162,7 @@ class JobsService:
             headers={"x-titan-priority": "batch"},
             key_id=payload.get("key_id"),
         )
-        routed = await self.pipeline.complete(request)
+        routed = await self.flow.complete(request)
         return orjson.loads(answer_bytes(routed.value))  # type: ignore[no-any-return]
 
     def start_worker(self, *, concurrency: int | None = None) -> JobWorker:
@@ -182,10 +192,9 @@ class JobsService:
 
     def _may_start(self) -> bool:
         """Jobs wait while interactive or normal requests queue for a model."""
-        gate = self.pipeline.gate
-        if not self.config.yield_to_interactive or gate is None:
+        if not self.config.yield_to_interactive:
             return True
-        return not any(q.num_waiting_before("batch") for q in gate.queues.values())
+        return not any(q.num_waiting_before("batch") for q in self.admission.queues.values())
 
     async def _finished(self, job: Job) -> None:
         if job.batch_id is not None:
@@ -202,7 +211,7 @@ class JobsService:
                     next_purge = time.monotonic() + PURGE_INTERVAL_S
                 counts = await self.queue.counts()
                 for state in JOB_STATES:
-                    self.pipeline.metrics.jobs.labels(state).set(counts.get(state, 0))
+                    self.metrics.jobs.labels(state).set(counts.get(state, 0))
             except Exception as exc:  # storage down: once per outage, then back off
                 upkeep.failed(exc)
             else:

@@ -3,9 +3,10 @@ timings a client asks for with ``x-titan-timings: 1`` (a header, and ``usage.tit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import orjson
@@ -17,6 +18,8 @@ from titan.observability.records import TIMINGS_HEADER, RequestRecord
 from titan.observability.request_log import RequestLog
 from titan.observability.tracing import Tracer, set_attributes
 from titan.protocol import Answer, ClientRequest, RawJSON, answer_bytes
+from titan.service.accounting import usage_of
+from titan.service.streaming import close_stream
 
 # Redaction of logged prompts and answers: what identifies people or grants access.
 _REDACTIONS = (
@@ -25,6 +28,8 @@ _REDACTIONS = (
     (re.compile(r"\+?\d[\d ()./-]{5,}\d"), "[number]"),
 )
 MAX_LOGGED_CHARS = 2000
+# nginx's code for "client closed request", as the HTTP layer logs it.
+CLIENT_CLOSED_REQUEST = 499
 
 
 def redact(text: str) -> str:
@@ -125,3 +130,42 @@ def prompt_text(request: ClientRequest) -> str:
             return content if isinstance(content, str) else orjson.dumps(content).decode()
     prompt = body.get("prompt")
     return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
+
+
+def logged_prompt(request: ClientRequest, record: RequestRecord) -> str:
+    """A content log shows the prompt as redacted by the guardrails, never the original."""
+    return record.redacted_prompt if record.redacted_prompt is not None else prompt_text(request)
+
+
+def status_of(exc: BaseException) -> tuple[int, str | None]:
+    if isinstance(exc, TitanError):
+        return exc.status_code, exc.code or exc.error_type
+    if isinstance(exc, asyncio.CancelledError):
+        return CLIENT_CLOSED_REQUEST, "client_closed"
+    return 500, "internal_error"
+
+
+async def observed(
+    stream: AsyncIterator[Answer],
+    record: RequestRecord,
+    observer: RequestObserver,
+    content: dict[str, str] | None,
+) -> AsyncIterator[Answer]:
+    """The stream, timing its chunks and reporting its record when it ends."""
+    try:
+        async for chunk in stream:
+            usage = usage_of(chunk)
+            if usage is not None:
+                record.prompt_tokens, record.completion_tokens = usage
+                if record.is_timed:
+                    record.total_s = record.elapsed()
+                    chunk = timed_answer(chunk, record)
+            else:
+                record.chunk()
+            yield chunk
+    except BaseException as exc:
+        record.failed(*status_of(exc))
+        raise
+    finally:
+        await close_stream(stream)
+        observer.report(record, content)

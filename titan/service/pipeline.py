@@ -1,18 +1,18 @@
-"""The request pipeline: resolve the model, then run the request on its deployments.
+"""The composition root: builds the backends, the router's registry, admission, the cache and
+the request path (RequestFlow) with the services beside it, and starts and stops them.
 
-Later steps (authenticate, admit, context, cache, record) slot in around ``_route`` and the
-runner; routes stay thin because everything between parsing and serializing happens here.
+Nothing here runs a request: the API calls the services ``start`` built (``Pipeline.services``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from titan.backends import Backend, create_backend
@@ -20,30 +20,49 @@ from titan.cache.embedder import Embedder
 from titan.cache.response_cache import ResponseCache
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
 from titan.context.retention import RetentionSweeper
-from titan.errors import (
-    InvalidRequestError,
-    ModelNotFoundError,
-    ServiceUnavailableError,
-)
+from titan.errors import ServiceUnavailableError
+from titan.limits.usage import UsageLedger
+from titan.limits.usage_buffer import UsageBuffer
 from titan.observability.collectors import LiveState, SemanticBudgetState
 from titan.observability.metrics import TitanMetrics
 from titan.observability.tracing import Tracer
-from titan.protocol import Answer, ClientRequest, ModelCard, ModelList
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RoutedModel
 from titan.router.retry import HedgeBudget
-from titan.service.admission import Gatekeeper
-from titan.service.attempts import AttemptRunner, Routed
+from titan.service.admin import AdminService
+from titan.service.admission import Admission
+from titan.service.agents import AgentService
+from titan.service.attempts import AttemptRunner
+from titan.service.authentication import Authenticator
 from titan.service.caching import CacheStep
+from titan.service.dashboard import Dashboard
+from titan.service.degradation import DegradationLadders
 from titan.service.guard import Guardrails
+from titan.service.jobs import JobsService
 from titan.service.observing import RequestObserver
+from titan.service.policy import PolicyCheck
 from titan.service.probes import run_probes
-from titan.service.requests import RequestFlow
-from titan.service.traits import request_traits
+from titan.service.rag import RagService
+from titan.service.requests import Gates, RequestFlow
+from titan.service.responses import ResponsesService
+from titan.service.served_models import ServedModels
+from titan.service.storage_health import StorageHealth
 from titan.storage import Storage, open_storage
 from titan.storage.memory_cache import MemoryCache
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Services:
+    """What ``Pipeline.start`` builds for the API: the request path and the services beside it."""
+
+    flow: RequestFlow
+    responses: ResponsesService
+    jobs: JobsService
+    rag: RagService
+    admin: AdminService
+    agents: AgentService
 
 
 class Pipeline:
@@ -62,12 +81,13 @@ class Pipeline:
         self.metrics = TitanMetrics(frozenset(config.tenants))
         self.metrics.watch(LiveState(self.stats))
         self.metrics.watch(
-            SemanticBudgetState(lambda: self.cache.budget.report() if self.cache else {})
+            SemanticBudgetState(lambda: self._cache.budget.report() if self._cache else {})
         )
         self.tracer = Tracer(config.observability.tracing)
         # Hooks are imported here: a missing one fails at startup, not on a request.
         self.guard = Guardrails(config.guardrails, self.metrics)
-        self.gate: Gatekeeper | None = None
+        # The live dashboard's sampler: started by its first look, stopped by shutdown.
+        self.dashboard = Dashboard(self.metrics.registry.collect, self.stats)
         self._factory = backend_factory
         self._now = now
         self._rng = rng or random.Random()
@@ -77,15 +97,19 @@ class Pipeline:
             for model in config.models
             for index in range(len(model.deployments))
         ]
-        self.registry: Registry | None = None
-        self.runner: AttemptRunner | None = None
+        self.services: Services | None = None  # built by start(): then it serves requests
+        self._registry: Registry | None = None
         self._embedder: Embedder | None = None
         self._embedder_loading = asyncio.Lock()
-        self.cache: ResponseCache | None = None
-        self.flow: RequestFlow | None = None
-        self.rag: Any = None  # the files and vector stores service, made on first use
-        self.jobs: Any = None  # the jobs service (and its in-process worker)
-        self.dashboard: Any = None  # the live dashboard's sampler, made on first use
+        self._cache: ResponseCache | None = None
+        # What start() built so far, for shutdown (also after a failed start).
+        self._health: StorageHealth | None = None
+        self._admission: Admission | None = None
+        self._degradation: DegradationLadders | None = None
+        self._cache_step: CacheStep | None = None
+        self._observer: RequestObserver | None = None
+        self._rag: RagService | None = None
+        self._jobs: JobsService | None = None
         self._probe_task: asyncio.Task[None] | None = None
         self._sweeper: RetentionSweeper | None = None  # purges expired data (data_at_rest)
 
@@ -94,33 +118,36 @@ class Pipeline:
         label = deployment.name or f"{name or deployment.backend}-{index}"
         return self._factory(deployment, model_name=name, name=label)
 
-    # ---- lifecycle -----------------------------------------------------------------------
-
     @property
     def is_ready(self) -> bool:
-        return self.registry is not None and all(b.is_ready for b in self.backends())
+        return self._registry is not None and all(b.is_ready for b in self.backends())
 
     async def storage_unreachable(self) -> str | None:
         """Why the shared storage cannot be reached now (a PING at most once a second), or
         None: /ready answers 503 while it is not."""
-        if self.gate is None or not self.config.admission.ready_requires_storage:
+        if self._health is None or not self.config.admission.ready_requires_storage:
             return None
-        return await self.gate.storage_health.unreachable_reason()
+        return await self._health.unreachable_reason()
 
     def backends(self) -> list[Backend]:
-        if self.registry is None:
+        if self._registry is None:
             return [backend for _, _, backend in self._planned]
-        return [d.backend for m in self.registry.models.values() for d in m.deployments]
+        return [d.backend for m in self._registry.models.values() for d in m.deployments]
+
+    def model_ids(self) -> list[str]:
+        """The served models, once started (none while they load)."""
+        return list(self._registry.models) if self._registry is not None else []
 
     async def start(self) -> None:
         """Open the storage, start every backend (model loads happen here; this can take a
-        while), discover the models of wildcard upstreams, then start admission, routing and the
-        health probes."""
+        while), discover the models of wildcard upstreams, then start admission, routing, the
+        request path, the services and the health probes."""
         if self.storage is None:
             self.storage = await open_storage(
                 self.config.storage, data_at_rest=self.config.data_at_rest
             )
             self._owns_storage = True
+        storage, config, now = self.storage, self.config, self._now
         await asyncio.gather(*(backend.start() for _, _, backend in self._planned))
         models: dict[str, list[DeploymentState]] = {}
         configs: dict[str, ModelConfig] = {}
@@ -136,46 +163,62 @@ class Pipeline:
             self._rng,
         )
         await self._load_classifiers(registry)
-        self.gate = Gatekeeper(self.config, self.storage, self.metrics, now=self._now)
-        await self.gate.start(
-            {name: self._capacity(configs[name], states) for name, states in models.items()}
+        self._health = health = StorageHealth(storage, self.metrics, now=now)
+        auth = Authenticator(config, storage, health, now=now)
+        usage = UsageLedger(storage.counters)
+        pending_usage = UsageBuffer(
+            usage,
+            on_error=lambda exc: health.failed(
+                "usage", exc, action="keeps usage in memory and retries every second"
+            ),
         )
-        self.runner = AttemptRunner(
-            registry, self.config.retry, self.config.hedge, now=self._now, rng=self._rng,
-            tracer=self.tracer,
-        )  # fmt: skip
+        self._admission = admission = Admission(
+            config, storage.limits, pending_usage, self.metrics, health, now=now
+        )
+        self._degradation = degradation = DegradationLadders(config, self.metrics, now=now)
+        degradation.start(models)
+        admission.start({name: _capacity(configs[name], states) for name, states in models.items()})
+        # Refuses to serve a non-loopback address without keys.
+        await auth.start()
+        runner = AttemptRunner(
+            registry, config.retry, config.hedge, now=now, rng=self._rng, tracer=self.tracer
+        )
         await self._start_cache()
-        self.flow = RequestFlow(
-            self.gate,
-            self.runner,
-            CacheStep(self.cache, self.config, self.metrics, self.gate.storage_health),  # type: ignore[arg-type]
-            route=self._route,
-            model_named=self._model,
-            now=self._now,
-            retry_after_s=self.config.admission.default_deadline_s / 4,
-            observer=RequestObserver(self.config, self.metrics, self.tracer),
-            guard=self.guard,
+        self._cache_step = CacheStep(self._cache, config, self.metrics, health)  # type: ignore[arg-type]
+        self._observer = RequestObserver(config, self.metrics, self.tracer)
+        gates = Gates(
+            auth, PolicyCheck(config, usage, pending_usage, health), degradation, admission
+        )
+        flow = RequestFlow(
+            config, ServedModels(registry, self._embedder), gates, self._cache_step,
+            runner, self._observer, guard=self.guard, now=now,
+        )  # fmt: skip
+        self._rag = RagService(auth, storage.documents, self._embedder_loaded)
+        self._jobs = JobsService(config.jobs, storage, auth, flow, admission, self.metrics)
+        self.services = Services(
+            flow,
+            ResponsesService(flow, auth, storage.documents, self._rag, config.context),
+            self._jobs,
+            self._rag,
+            AdminService(auth, usage, pending_usage, self._cache),
+            AgentService(auth, storage.documents),
         )
         # Everything loaded so far (modules, weights' metadata, the cache index) lives as long
         # as the process: the collector's full passes need not walk it (they showed as 10 ms
         # stalls in cache lookups at 100,000 entries).
         gc.collect()
         gc.freeze()
-        self.registry = registry  # last: a registry means ready to route
-        if self.config.probes.enabled:
-            self._probe_task = asyncio.create_task(run_probes(registry, self.config.probes))
-        if self.storage.jobs is not None:
-            # The jobs service is built on the pipeline: imported here, not at the top.
-            from titan.service.jobs import JobsService
-
-            jobs = JobsService.of(self)
-            if self.config.jobs.workers:
-                jobs.start_worker()
+        self._registry = registry  # last: a registry means ready to route
+        if config.probes.enabled:
+            self._probe_task = asyncio.create_task(run_probes(registry, config.probes))
+        if storage.jobs is not None:
+            if config.jobs.workers:
+                self._jobs.start_worker()
             else:
-                jobs.start_upkeep()
+                self._jobs.start_upkeep()
         self._sweeper = RetentionSweeper(
-            self.storage, lambda: None if self.rag is None else self.rag.stores(),
-            interval_s=self.config.data_at_rest.sweep_interval_s, now=time.time,
+            storage, self._rag.served_stores, interval_s=config.data_at_rest.sweep_interval_s,
+            now=time.time,
         )  # fmt: skip
         self._sweeper.start()
 
@@ -213,31 +256,22 @@ class Pipeline:
         is_semantic = any(c.semantic.enabled for c in [*configs, self.config.cache])
         embedder = await self._embedder_loaded() if is_semantic else None
         store = self.storage.cache or MemoryCache()  # type: ignore[union-attr]
-        self.cache = ResponseCache(store, embedder=embedder)
-        await self.cache.start()
+        self._cache = ResponseCache(store, embedder=embedder)
+        await self._cache.start()
 
     async def _load_classifiers(self, registry: Registry) -> None:
         """Embed the examples of similarity tier rules, if any (loads the embedding model)."""
         models = [m for m in registry.models.values() if m.classifies_by_similarity]
         if not models:
             return
-        await self._embedder_loaded()
+        embedder = await self._embedder_loaded()
         for model in models:
             model.tier_examples = [
-                await asyncio.to_thread(self._embedder.encode, list(rule.similar_to))
+                await asyncio.to_thread(embedder.encode, list(rule.similar_to))
                 if rule.similar_to
                 else []
                 for rule in model.tiers
             ]
-
-    @staticmethod
-    def _capacity(model: ModelConfig, states: list[DeploymentState]) -> int | None:
-        """Requests the model runs at once before admission queues: its max_concurrency, else
-        the sum of its deployments' (when each has one), else no cap."""
-        if model.max_concurrency is not None:
-            return model.max_concurrency
-        caps = [d.max_concurrency for d in states]
-        return None if None in caps else sum(caps)  # type: ignore[arg-type]
 
     def _state(self, model: ModelConfig, index: int, backend: Backend) -> DeploymentState:
         deployment = model.deployments[index]
@@ -264,10 +298,9 @@ class Pipeline:
         )
 
     async def shutdown(self) -> None:
-        if self.dashboard is not None:
-            await self.dashboard.stop()
-        if self.jobs is not None:  # first: running jobs go back to the queue while it is open
-            await self.jobs.stop()
+        await self.dashboard.stop()
+        if self._jobs is not None:  # first: running jobs go back to the queue while it is open
+            await self._jobs.stop()
         if self._sweeper is not None:
             await self._sweeper.stop()
         if self._probe_task is not None:
@@ -278,52 +311,33 @@ class Pipeline:
                 await backend.shutdown()
             except Exception:
                 logger.exception("backend shutdown failed", extra={"backend": backend.name})
-        if self.rag is not None:
-            await self.rag.close()
-        if self.flow is not None:
-            await self.flow.cache.close()
-            self.flow.observer.close()  # the last request lines leave
-        if self.cache is not None:
-            await self.cache.close()
-        if self.gate is not None:
-            await self.gate.close()
+        if self._rag is not None:
+            await self._rag.close()
+        if self._cache_step is not None:
+            await self._cache_step.close()
+        if self._observer is not None:
+            self._observer.close()  # the last request lines leave
+        if self._cache is not None:
+            await self._cache.close()
+        if self._admission is not None:
+            await self._admission.close()
         if self.storage is not None and self._owns_storage:
             await self.storage.close()
         self.tracer.shutdown()  # the last spans leave
 
-    # ---- models --------------------------------------------------------------------------
-
-    def model_ids(self) -> list[str]:
-        return list(self.registry.models) if self.registry is not None else []
-
-    def list_models(self) -> ModelList:
-        return ModelList(data=[self.get_model(name) for name in self.model_ids()])
-
-    def get_model(self, model_id: str) -> ModelCard:
-        model = self._model(model_id)
-        return model.deployments[0].backend.model_card(model.name)
-
-    def prompt_token_counter(self, model_id: str) -> Callable[[list[dict[str, Any]]], int]:
-        """Counts a conversation's prompt tokens for ``model_id``: exactly (its chat template
-        and tokenizer) when an embedded engine serves it, else about 4 characters a token plus
-        a few per message."""
-        model = self._model(model_id)
-        backend = model.deployments[0].backend
-        exact = getattr(backend, "count_prompt_tokens", None)
-        if exact is not None:
-            return exact  # type: ignore[no-any-return]
-        return _approximate_prompt_tokens
-
     def stats(self) -> dict[str, Any]:
-        if self.registry is None:
+        if self._registry is None:
             return {}
-        gate = self.gate
+        admission, degradation = self._admission, self._degradation
         return {
             name: {
                 "requests": model.num_requests,
                 "served_as_fallback": model.num_fallbacks,
                 "hedges": model.hedge_budget.num_hedges,
-                "admission": gate.snapshot(name) if gate is not None else {},
+                "admission": {
+                    "queue": admission.queue_snapshot(name) if admission else None,
+                    "degradation": degradation.snapshot(name) if degradation else None,
+                },
                 "deployments": {
                     d.name: {
                         **d.snapshot(),
@@ -332,62 +346,17 @@ class Pipeline:
                     for d in model.deployments
                 },
             }
-            for name, model in self.registry.models.items()
+            for name, model in self._registry.models.items()
         }
 
-    def _model(self, name: str | None) -> RoutedModel:
-        if self.registry is None:
-            raise ServiceUnavailableError("The models are still loading; retry shortly.")
-        if name is None:  # no model named: the first configured one, as vLLM does
-            return next(iter(self.registry.models.values()))
-        model = self.registry.models.get(name)
-        if model is None:
-            raise ModelNotFoundError(name, self.model_ids())
-        return model
 
-    # ---- requests ------------------------------------------------------------------------
-
-    async def _route(self, request: ClientRequest) -> tuple[RoutedModel, Any, float | None]:
-        asked = self._model(request.model)
-        traits = request_traits(request, asked.routing.prefix_chars)
-        if asked.classifies_by_similarity and self._embedder is not None:
-            embedding = await self._embedder.embed(traits.last_user_text)
-            traits = dataclasses.replace(traits, embedding=embedding)
-        model = self.registry.resolve(asked.name, traits) or asked  # type: ignore[union-attr]
-        model.num_requests += 1
-        return model, traits, self._deadline(request)
-
-    def _deadline(self, request: ClientRequest) -> float | None:
-        header = request.headers.get("x-titan-timeout")
-        if header is None:
-            default = self.config.server.request_timeout_s
-            return None if default is None else self._now() + default
-        try:
-            seconds = float(header)
-        except ValueError:
-            seconds = -1.0
-        if not seconds > 0:
-            raise InvalidRequestError(
-                f"Invalid x-titan-timeout header {header!r}: give the request's total deadline "
-                "in seconds, e.g. 'x-titan-timeout: 30'."
-            )
-        return self._now() + seconds
-
-    async def complete(self, request: ClientRequest) -> Routed[Answer]:
-        return await self._flow().complete(request)
-
-    async def stream(self, request: ClientRequest) -> Routed[AsyncIterator[Answer]]:
-        """A started stream: refusals (and retries) happen before the first chunk is handed out."""
-        return await self._flow().stream(request)
-
-    def _flow(self) -> RequestFlow:
-        if self.flow is None:
-            raise ServiceUnavailableError("The models are still loading; retry shortly.")
-        return self.flow
-
-
-def _approximate_prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    return sum(4 + len(str(m.get("content") or "")) // 4 for m in messages)
+def _capacity(model: ModelConfig, states: list[DeploymentState]) -> int | None:
+    """Requests the model runs at once before admission queues: its max_concurrency, else the
+    sum of its deployments' (when each has one), else no cap."""
+    if model.max_concurrency is not None:
+        return model.max_concurrency
+    caps = [d.max_concurrency for d in states]
+    return None if None in caps else sum(caps)  # type: ignore[arg-type]
 
 
 def build_pipeline(config: TitanConfig) -> Pipeline:

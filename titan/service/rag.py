@@ -4,35 +4,36 @@ vector stores per pipeline (its index lives in memory)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from titan.cache.embedder import Embedder
 from titan.context.rag import MAX_FILE_BYTES, Files, FileTooLargeError, VectorStores
 from titan.context.rag.files import MAX_BATCH_FILE_BYTES
-from titan.errors import ServiceUnavailableError
-from titan.service.pipeline import Pipeline
+from titan.service.authentication import Authenticator
+from titan.storage.base import DocumentStore
 
 __all__ = ["MAX_BATCH_FILE_BYTES", "MAX_FILE_BYTES", "FileTooLargeError", "RagService"]
 
 
 class RagService:
-    def __init__(self, pipeline: Pipeline):
-        self.pipeline = pipeline
-        self._stores: VectorStores | None = None
+    """The pipeline's one service (not one per request): it owns the vector index and the files
+    being embedded."""
 
-    @classmethod
-    def of(cls, pipeline: Pipeline) -> RagService:
-        """The pipeline's one service (not one per request): it owns the vector index and the
-        files being embedded."""
-        if pipeline.rag is None:
-            pipeline.rag = cls(pipeline)
-        return pipeline.rag  # type: ignore[no-any-return]
+    def __init__(
+        self,
+        auth: Authenticator,
+        documents: DocumentStore,
+        embedder: Callable[[], Awaitable[Embedder]],
+    ):
+        self.auth = auth
+        self._documents = documents
+        self._embedder = embedder  # loads the embedding model on first use
+        self._stores: VectorStores | None = None
 
     async def tenant(self, api_key: str | None) -> str:
         """The key's tenant; "" (everyone's) while auth is off, as for usage."""
-        gate = self.pipeline.gate
-        if gate is None or self.pipeline.storage is None:
-            raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-        return await gate.auth.tenant_for(api_key)
+        return await self.auth.tenant_for(api_key)
 
     def files(self) -> Files:
         return self.stores().files
@@ -41,9 +42,11 @@ class RagService:
         """Made on first use, without the embedding model: that loads (seconds) when a file is
         first embedded or a store first searched."""
         if self._stores is None:
-            self._stores = VectorStores(
-                self._documents(), self.pipeline._embedder_loaded, time.time
-            )
+            self._stores = VectorStores(self._documents, self._embedder, time.time)
+        return self._stores
+
+    def served_stores(self) -> VectorStores | None:
+        """The stores once made (None: no file or store served yet), for the retention sweep."""
         return self._stores
 
     async def delete_file(self, tenant: str, file_id: str) -> dict[str, Any]:
@@ -56,8 +59,3 @@ class RagService:
     async def close(self) -> None:
         if self._stores is not None:
             await self._stores.close()
-
-    def _documents(self) -> Any:
-        if self.pipeline.storage is None:
-            raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-        return self.pipeline.storage.documents

@@ -14,11 +14,14 @@ from typing import Any
 
 import orjson
 
+from titan.config.admission import ContextConfig
 from titan.context.conversations import Conversations, History
 from titan.context.trimming import Trimmed, trim, turns
 from titan.errors import InvalidRequestError
-from titan.protocol import ChatCompletionRequest, ClientRequest, answer_bytes
+from titan.protocol import ChatCompletionRequest, ClientContext, ClientRequest, answer_bytes
+from titan.service.authentication import Authenticator
 from titan.service.rag import RagService
+from titan.service.requests import RequestFlow
 from titan.service.response_body import (
     LOGPROBS,
     ResponsesBody,
@@ -45,6 +48,7 @@ from titan.service.response_objects import (
 )
 from titan.service.response_stream import ResponseStream
 from titan.service.response_tools import ToolPlan, plan_tools
+from titan.storage.base import DocumentStore
 
 __all__ = ["ResponsesBody", "ResponsesService", "chat_request", "parse_body"]
 
@@ -73,15 +77,24 @@ class Prepared:
 
 
 class ResponsesService:
-    def __init__(self, pipeline: Any):
-        self.pipeline = pipeline
-        self.conversations = Conversations(pipeline.storage.documents)
+    def __init__(
+        self,
+        flow: RequestFlow,
+        auth: Authenticator,
+        documents: DocumentStore,
+        rag: RagService,
+        config: ContextConfig,
+    ):
+        self.flow = flow
+        self.auth = auth
+        self.conversations = Conversations(documents)
+        self.rag = rag
+        self.config = config
 
-    async def _prepare(
-        self, body: ResponsesBody, api_key: str | None, client_host: str | None, headers: dict
-    ) -> Prepared:
-        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
-        model = self.pipeline.get_model(body.model or self.pipeline.model_ids()[0])
+    async def _prepare(self, body: ResponsesBody, client: ClientContext) -> Prepared:
+        tenant = await self.auth.tenant_for(client.api_key)
+        models = self.flow.models
+        model = models.card(body.model or models.ids()[0])
         tools = plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls)
         earlier = await self.conversations.continued(tenant, body.previous_response_id)
         history = earlier.extended(*input_messages(body.input))
@@ -92,7 +105,7 @@ class ResponsesService:
         search = file_search_item(sources, query) if tools.file_search else None
         if sources:
             system.append({"role": "system", "content": sources_prompt(sources)})
-        count_tokens = self.pipeline.prompt_token_counter(model.id)
+        count_tokens = models.prompt_token_counter(model.id)
         described = tools.chat.get("tools") if tools.chat.get("tool_choice") != "none" else None
 
         def count(messages: list[dict[str, Any]]) -> int:
@@ -100,7 +113,7 @@ class ResponsesService:
 
         output_tokens = body.max_output_tokens or DEFAULT_OUTPUT_TOKENS
         if model.max_model_len:
-            context = self.pipeline.config.context
+            context = self.config
             budget = model.max_model_len - output_tokens - RESERVE_TOKENS
             target = int(budget * (1 - context.trim_headroom))
             trimmed = trim(system + conversation, count, budget,
@@ -116,7 +129,7 @@ class ResponsesService:
             history = replace(history, dropped=trimmed.num_dropped_messages)
             if trimmed.num_dropped_messages and context.summary_model:
                 trimmed, history = await self._summarized(
-                    context.summary_model, system, history, count, budget, api_key, client_host
+                    context.summary_model, system, history, count, budget, client
                 )
         else:  # an upstream that does not say its window: nothing to trim against
             trimmed = Trimmed(system + conversation, count(system + conversation), 0, 0)
@@ -124,7 +137,7 @@ class ResponsesService:
                 "stream": body.stream, **chat_options(body), **tools.chat}  # fmt: skip
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
-        request = chat_request(chat, api_key, client_host, headers)
+        request = chat_request(chat, client)
         return Prepared(tenant, history, trimmed, request, tools, sources, search)
 
     async def _summarized(
@@ -134,16 +147,14 @@ class ResponsesService:
         history: History,
         count: Any,
         budget: int,
-        api_key: str | None,
-        client_host: str | None,
+        client: ClientContext,
     ) -> tuple[Trimmed, History]:
         """The prompt with the dropped messages replaced by the running summary (extended
         when more fell out since the last request)."""
         conversation, summary, summarized = history.messages, history.summary, history.summarized
         if history.dropped > summarized:
             summary = await self._summarize(
-                summary_model, summary, conversation[summarized : history.dropped], api_key,
-                client_host,
+                summary_model, summary, conversation[summarized : history.dropped], client
             )  # fmt: skip
             summarized = history.dropped
         note = {"role": "system", "content": f"Earlier in this conversation: {summary}"}
@@ -161,8 +172,7 @@ class ResponsesService:
         model: str,
         summary: str | None,
         messages: list[dict],
-        api_key: str | None,
-        client_host: str | None,
+        client: ClientContext,
     ) -> str:
         """The running summary, extended with ``messages``, written by the configured model."""
         transcript = "\n".join(transcript_line(m) for m in messages)
@@ -174,11 +184,14 @@ class ResponsesService:
         chat = {
             "model": model,
             "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": self.pipeline.config.context.summary_max_tokens,
+            "max_tokens": self.config.summary_max_tokens,
             "temperature": 0,
         }
-        request = chat_request(chat, api_key, client_host, {})
-        answer = orjson.loads(answer_bytes((await self.pipeline.complete(request)).value))
+        # As its caller, without its headers: the summary is Titan's request, not the client's.
+        request = chat_request(
+            chat, ClientContext(api_key=client.api_key, client_host=client.client_host)
+        )
+        answer = orjson.loads(answer_bytes((await self.flow.complete(request)).value))
         return str(answer["choices"][0]["message"].get("content") or "").strip()
 
     async def _file_search(self, tenant: str, tools: list[dict], query: str) -> list[dict]:
@@ -192,7 +205,7 @@ class ResponsesService:
             ranking = tool.get("ranking_options", ranking)
         if not stores:
             return []
-        vector_stores = RagService.of(self.pipeline).stores()
+        vector_stores = self.rag.stores()
         found = []
         for store_id in stores:
             page = await vector_stores.search(tenant, store_id, query, limit, ranking)
@@ -200,10 +213,10 @@ class ResponsesService:
         return sorted(found, key=lambda r: r["score"], reverse=True)[:limit]
 
     async def create(
-        self, data: Mapping[str, Any], api_key: str | None, client_host: str | None, headers: dict
+        self, data: Mapping[str, Any], client: ClientContext
     ) -> tuple[dict[str, Any] | AsyncIterator[bytes], dict[str, str]]:
         body = parse_body(data)
-        prepared = await self._prepare(body, api_key, client_host, headers)
+        prepared = await self._prepare(body, client)
         trimmed, sources, history = prepared.trimmed, prepared.sources, prepared.history
         response_headers = {
             TRIMMED_HEADER: f"turns={trimmed.num_dropped_turns};"
@@ -211,9 +224,9 @@ class ResponsesService:
         }
         try:
             if body.stream:
-                routed = await self.pipeline.stream(prepared.request)
+                routed = await self.flow.stream(prepared.request)
             else:
-                routed = await self.pipeline.complete(prepared.request)
+                routed = await self.flow.complete(prepared.request)
         except InvalidRequestError as exc:  # about a chat tool: say which Responses tool
             raise prepared.tools.renamed(exc) from None
         response_headers |= routed.headers
@@ -248,7 +261,7 @@ class ResponsesService:
         self, response_id: str, api_key: str | None, include: list[str] | None = None
     ) -> dict[str, Any]:
         includes = check_include(include)
-        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
+        tenant = await self.auth.tenant_for(api_key)
         return presented(await self.conversations.get(tenant, response_id), includes)
 
     async def input_items(
@@ -264,27 +277,18 @@ class ResponsesService:
         """The items the response answered: the conversation before its output (the turns of
         the responses it continues too), newest first unless ``order`` is "asc"."""
         check_include(include)  # nothing listed here has what they add
-        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
+        tenant = await self.auth.tenant_for(api_key)
         messages = await self.conversations.messages(tenant, response_id)
         items = stored_items(messages[:-1], response_id)  # the last message is its answer
         return items_page(items, order=order, after=after, limit=limit)
 
     async def delete(self, response_id: str, api_key: str | None) -> dict[str, Any]:
-        tenant = await self.pipeline.gate.auth.tenant_for(api_key)
+        tenant = await self.auth.tenant_for(api_key)
         await self.conversations.delete(tenant, response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
 
-def chat_request(
-    chat: dict[str, Any], api_key: str | None, client_host: str | None, headers: dict
-) -> ClientRequest:
+def chat_request(chat: dict[str, Any], client: ClientContext) -> ClientRequest:
     """A chat completion on the caller's behalf (its key: its limits, tenant and cache)."""
-    return ClientRequest(
-        endpoint="chat",
-        parsed=ChatCompletionRequest.model_validate(chat),
-        body=chat,
-        request_id=f"req-{uuid.uuid4().hex}",
-        headers=headers,
-        api_key=api_key,
-        client_host=client_host,
-    )
+    parsed = ChatCompletionRequest.model_validate(chat)
+    return ClientRequest.sent(client, "chat", parsed, chat, f"req-{uuid.uuid4().hex}")

@@ -71,3 +71,14 @@ class StorageHealth:
                 self.succeeded("ready")
             self._ping_error = None
         return self._ping_error
+
+
+def fail_open_or_raise(
+    health: StorageHealth, component: str, exc: StorageUnavailableError, *, is_fail_open: bool
+) -> None:
+    """Limits or budgets could not be checked: fail open (go on without them) or closed
+    (re-raise: 503 storage_unavailable), as ``admission.on_storage_error`` says."""
+    action = "admits requests without them" if is_fail_open else "refuses requests (503)"
+    health.failed(component, exc, action=action)
+    if not is_fail_open:
+        raise exc

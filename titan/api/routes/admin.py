@@ -7,16 +7,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from titan.api.parsing import presented_api_key, read_json_object
-from titan.api.state import pipeline_of
-from titan.errors import ServiceUnavailableError
+from titan.api.state import pipeline_of, services_of
 from titan.service import AdminService, parse_time
 
 
 def _admin(request: Request, *, needs_master_key: bool = True) -> AdminService:
-    pipeline = pipeline_of(request)
-    if pipeline.gate is None:
-        raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-    admin = AdminService(pipeline.gate, pipeline.cache)
+    admin = services_of(request).admin
     if needs_master_key:
         admin.check_master_key(presented_api_key(request))
     return admin

@@ -8,16 +8,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from titan.api.parsing import presented_api_key, read_json_object
-from titan.api.state import pipeline_of
-from titan.errors import InvalidRequestError, ServiceUnavailableError
+from titan.api.state import services_of
+from titan.errors import InvalidRequestError
 from titan.service.agents import AgentService, AgentState
 
 
 def _service(request: Request) -> AgentService:
-    pipeline = pipeline_of(request)
-    if pipeline.gate is None or pipeline.storage is None:
-        raise ServiceUnavailableError("Titan is still starting; retry shortly.")
-    return AgentService(pipeline.gate, pipeline.storage.documents)
+    return services_of(request).agents
 
 
 def _ttl_s(request: Request) -> float | None:

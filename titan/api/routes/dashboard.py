@@ -16,7 +16,6 @@ from starlette.responses import FileResponse, Response
 
 from titan.api.state import pipeline_of
 from titan.errors import InvalidRequestError, NotFoundError, ServiceUnavailableError
-from titan.service.dashboard import Dashboard
 
 PAGE_PACKAGE = "titan.dashboard"  # package data only: the page, its script and style
 PAGE_ASSETS = {
@@ -53,7 +52,7 @@ def _plotly_bundle() -> Path:
 
 
 async def page(request: Request) -> Response:
-    Dashboard.of(pipeline_of(request))  # sampling starts with the first look
+    pipeline_of(request).dashboard.start()  # sampling starts with the first look
     return FileResponse(
         _page_file("index.html"),
         media_type="text/html; charset=utf-8",
@@ -73,7 +72,9 @@ async def data(request: Request) -> Response:
                 "since=1767225600.5",
                 param="since",
             ) from None
-    payload = Dashboard.of(pipeline_of(request)).data(since)
+    dashboard = pipeline_of(request).dashboard
+    dashboard.start()
+    payload = dashboard.data(since)
     return Response(
         orjson.dumps(payload), media_type="application/json", headers={"cache-control": "no-store"}
     )

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from titan.api.parsing import presented_api_key
-from titan.api.state import pipeline_of
+from titan.api.state import services_of
 from titan.errors import InvalidRequestError
 from titan.service.rag import MAX_BATCH_FILE_BYTES, FileTooLargeError, RagService
 
@@ -20,7 +20,7 @@ MAX_UPLOAD_BYTES = MAX_BATCH_FILE_BYTES + 64 * 1024
 
 
 async def caller(request: Request) -> tuple[RagService, str]:
-    rag = RagService.of(pipeline_of(request))
+    rag = services_of(request).rag
     return rag, await rag.tenant(presented_api_key(request))
 
 

@@ -8,14 +8,14 @@ from starlette.responses import JSONResponse, Response
 
 from titan.api.parsing import presented_api_key, read_json_object
 from titan.api.routes.files import list_params
-from titan.api.state import pipeline_of
+from titan.api.state import services_of
 from titan.service.jobs import JobsService
 
 IDEMPOTENT_REPLAY_HEADER = "x-titan-idempotent-replay"
 
 
 def _service(request: Request) -> tuple[JobsService, str | None]:
-    return JobsService.of(pipeline_of(request)), presented_api_key(request)
+    return services_of(request).jobs, presented_api_key(request)
 
 
 async def submit_job(request: Request) -> Response:

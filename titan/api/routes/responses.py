@@ -6,9 +6,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from titan.api.parsing import ROUTING_HEADERS, presented_api_key, read_json_object
+from titan.api.parsing import client_context, presented_api_key, read_json_object
 from titan.api.serialization import EventStreamResponse
-from titan.api.state import pipeline_of
+from titan.api.state import services_of
 from titan.errors import InvalidRequestError
 from titan.service import ResponsesService
 
@@ -16,18 +16,12 @@ DEFAULT_ITEMS_LIMIT = 20
 
 
 def _service(request: Request) -> ResponsesService:
-    return ResponsesService(pipeline_of(request))
+    return services_of(request).responses
 
 
 async def create_response(request: Request) -> Response:
     data = await read_json_object(request)
-    headers = {name: value for name in ROUTING_HEADERS if (value := request.headers.get(name))}
-    result, response_headers = await _service(request).create(
-        data,
-        presented_api_key(request),
-        request.client.host if request.client else None,
-        headers,
-    )
+    result, response_headers = await _service(request).create(data, client_context(request))
     if isinstance(result, dict):
         return JSONResponse(result, headers=response_headers)
     return EventStreamResponse(result, headers=response_headers)

@@ -4,9 +4,9 @@ engine request per choice (runs.py)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from titan.backends.concurrency import closing_stream, gather_all, merge
 from titan.backends.embedded.call_cut import cut_repeated_calls
@@ -17,12 +17,13 @@ from titan.backends.embedded.choices import (
     fill_from_beams,
     num_sampled_choices,
 )
-from titan.backends.embedded.convert import (
-    chat_logprobs,
-    completion_logprobs,
-    finish_reason,
+from titan.backends.embedded.convert import chat_logprobs, completion_logprobs, finish_reason
+from titan.backends.embedded.engine_handle import (
+    EngineFactory,
+    EngineHandle,
+    engine_config,
+    start_engine,
 )
-from titan.backends.embedded.engine_handle import EngineHandle
 from titan.backends.embedded.runs import (
     ChoiceResult,
     ChoiceRun,
@@ -35,7 +36,6 @@ from titan.backends.embedded.tool_stream import ToolCallStream
 from titan.backends.embedded.tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
 from titan.engine.beam_search import BeamSearchParams
-from titan.engine.config import EngineConfig
 from titan.engine.outputs import RequestOutput
 from titan.errors import EngineError, ServiceUnavailableError
 from titan.protocol import (
@@ -55,24 +55,7 @@ from titan.protocol import (
     make_id,
 )
 
-if TYPE_CHECKING:
-    from titan.engine.async_engine import AsyncEngine
-
 SYSTEM_FINGERPRINT = "fp_titan_embedded"
-
-EngineFactory = Callable[[EngineConfig], Awaitable[EngineHandle]]
-
-
-async def start_engine(config: EngineConfig) -> AsyncEngine:
-    # Imported here: it pulls in torch and the model code, which a fake engine does not need.
-    from titan.engine.async_engine import AsyncEngine
-
-    return await AsyncEngine.start(config)
-
-
-def engine_config(config: EmbeddedModelConfig) -> EngineConfig:
-    """Titan's model settings as the engine's config (raises ConfigError on bad values)."""
-    return EngineConfig(**config.explicit_settings())
 
 
 class EmbeddedBackend:

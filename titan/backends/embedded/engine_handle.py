@@ -1,4 +1,5 @@
-"""The engine as the embedded backend sees it: what it uses of ``titan.engine.AsyncEngine``.
+"""The engine as the embedded backend sees it (``EngineHandle``: what it uses of
+``titan.engine.AsyncEngine``), and how it starts one.
 
 A Protocol rather than AsyncEngine itself: test fakes stand in for the engine, and importing
 AsyncEngine at run time pulls in torch and the model code.
@@ -6,10 +7,14 @@ AsyncEngine at run time pulls in torch and the model code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from titan.config import EmbeddedModelConfig
+from titan.engine.config import EngineConfig
+
 if TYPE_CHECKING:
+    from titan.engine.async_engine import AsyncEngine
     from titan.engine.beam_search import BeamSearchParams
     from titan.engine.outputs import EngineStats, RequestOutput
     from titan.engine.sampling import SamplingParams
@@ -38,3 +43,18 @@ class EngineHandle(Protocol):
     def num_active_streams(self) -> int: ...
 
     async def shutdown(self) -> None: ...
+
+
+EngineFactory = Callable[[EngineConfig], Awaitable[EngineHandle]]
+
+
+async def start_engine(config: EngineConfig) -> AsyncEngine:
+    # Imported here: it pulls in torch and the model code, which a fake engine does not need.
+    from titan.engine.async_engine import AsyncEngine
+
+    return await AsyncEngine.start(config)
+
+
+def engine_config(config: EmbeddedModelConfig) -> EngineConfig:
+    """Titan's model settings as the engine's config (raises ConfigError on bad values)."""
+    return EngineConfig(**config.explicit_settings())
