@@ -149,19 +149,7 @@ class Pipeline:
             self._owns_storage = True
         storage, config, now = self.storage, self.config, self._now
         await asyncio.gather(*(backend.start() for _, _, backend in self._planned))
-        models: dict[str, list[DeploymentState]] = {}
-        configs: dict[str, ModelConfig] = {}
-        for model, index, backend in self._planned:
-            if model.name == ALL_UPSTREAM_MODELS:
-                await self._discover(model, index, backend, models, configs)
-                continue
-            name = model.name or backend.model_ids[0]
-            models.setdefault(name, []).append(self._state(model, index, backend))
-            configs[name] = model
-        registry = Registry(
-            (self._routed(name, states, configs[name]) for name, states in models.items()),
-            self._rng,
-        )
+        registry, capacities = await self._served_models()
         await self._load_classifiers(registry)
         self._health = health = StorageHealth(storage, self.metrics, now=now)
         auth = Authenticator(config, storage, health, now=now)
@@ -176,8 +164,8 @@ class Pipeline:
             config, storage.limits, pending_usage, self.metrics, health, now=now
         )
         self._degradation = degradation = DegradationLadders(config, self.metrics, now=now)
-        degradation.start(models)
-        admission.start({name: _capacity(configs[name], states) for name, states in models.items()})
+        degradation.start(capacities)
+        admission.start(capacities)
         # Refuses to serve a non-loopback address without keys.
         await auth.start()
         runner = AttemptRunner(
@@ -221,6 +209,24 @@ class Pipeline:
             now=time.time,
         )  # fmt: skip
         self._sweeper.start()
+
+    async def _served_models(self) -> tuple[Registry, dict[str, int | None]]:
+        """The registry of the served models (wildcard upstreams' discovered), and each model's
+        concurrency cap for admission."""
+        models: dict[str, list[DeploymentState]] = {}
+        configs: dict[str, ModelConfig] = {}
+        for model, index, backend in self._planned:
+            if model.name == ALL_UPSTREAM_MODELS:
+                await self._discover(model, index, backend, models, configs)
+                continue
+            name = model.name or backend.model_ids[0]
+            models.setdefault(name, []).append(self._state(model, index, backend))
+            configs[name] = model
+        registry = Registry(
+            (self._routed(name, states, configs[name]) for name, states in models.items()),
+            self._rng,
+        )
+        return registry, {name: _capacity(configs[name], states) for name, states in models.items()}
 
     async def _discover(
         self,

@@ -92,9 +92,7 @@ class RequestFlow:
         gates, span = self.gates, self.observer.tracer.span
         with span("titan.authenticate"):
             caller = await authenticate(gates.auth, request, record)
-        admission_deadline = self._now() + (
-            request.deadline_s if request.deadline_s is not None else self._default_deadline_s
-        )
+        admission_deadline = deadline_at(self._now(), request.deadline_s, self._default_deadline_s)
         with span("titan.route"):
             model, traits = await self.models.resolve(request)
         deadline = deadline_at(self._now(), request.timeout_s, self._request_timeout_s)
@@ -120,7 +118,7 @@ class RequestFlow:
                             guard_hits=hits)  # fmt: skip
         with span("titan.admission", priority=caller.priority):
             ticket = await admit(gates.admission, gates.degradation, caller, degraded, traits,
-                                 admission_deadline, record)  # fmt: skip
+                                 admission_deadline, record)  # type: ignore[arg-type]  # fmt: skip
         return Prepared(request, model, traits, deadline, ticket, plan, guard_hits=hits)
 
     async def _run(self, request: ClientRequest, *, is_stream: bool) -> Routed[Any]:
