@@ -20,7 +20,7 @@ from titan.backends.embedded_convert import (
 )
 from titan.backends.embedded_tools import ToolPlan, forced_call_constraint, render_chat_prompt
 from titan.engine.outputs import TokenLogprob
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, CompletionRequest, Usage
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from titan.engine.beam_driver import BeamSearchDriver
-from titan.engine.beam_search import BeamSearchParams
+from titan.engine.beam_search import BeamSearchDriver
 from titan.engine.builder import build_model
 from titan.engine.config import EngineConfig
 from titan.engine.constraints import GrammarCache, MaskWorker
@@ -29,7 +28,7 @@ from titan.engine.outputs import EngineStats, FinishReason, RequestOutput, Token
 from titan.engine.request import Request, RequestStatus, arrival_counter
 from titan.engine.runner import KVCacheSpec, ModelRunner
 from titan.engine.sampler import SampledToken, SamplingRow
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import BeamSearchParams, SamplingParams
 from titan.engine.scheduler import Scheduler, SchedulerConfig
 from titan.engine.tokenizer import Tokenizer
 from titan.errors import ContextLengthExceededError, InvalidRequestError

@@ -12,7 +12,7 @@ import enum
 import itertools
 from collections.abc import Iterator
 
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):
