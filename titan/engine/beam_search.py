@@ -1,5 +1,5 @@
-"""Beam search in the engine: runs each group's rounds (beam_scoring) on the scheduler, forks
-survivors, frees pruned beams, reports results.
+"""Beam search in the engine's core: runs each group's rounds (beam_scoring) on the scheduler,
+forks survivors, frees pruned beams, hands back the groups that finished.
 
 The engine hands over every beam request's sampled token (its top candidates); a beam's own
 "sampled" token is never appended by the scheduler, so a beam that has reported computes nothing
@@ -11,18 +11,16 @@ from __future__ import annotations
 import torch
 
 from titan.engine.beam_scoring import BeamSearchGroup
-from titan.engine.outputs import BeamOutput, FinishReason, RequestOutput
 from titan.engine.request import RequestStatus
 from titan.engine.sampler import SampledToken, SamplingRow
 from titan.engine.sampling_params import BeamSearchParams, SamplingParams
 from titan.engine.scheduler import Scheduler
-from titan.engine.tokenizer import Tokenizer
 
 
 class BeamSearchDriver:
-    def __init__(self, scheduler: Scheduler, tokenizer: Tokenizer, max_model_len: int):
+    def __init__(self, scheduler: Scheduler, eos_token_ids: tuple[int, ...], max_model_len: int):
         self.scheduler = scheduler
-        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
         self.max_model_len = max_model_len
         self.groups: dict[str, BeamSearchGroup] = {}
         self._group_of: dict[str, str] = {}  # beam request id -> group (client) request id
@@ -47,7 +45,7 @@ class BeamSearchDriver:
             prompt_token_ids,
             params,
             beam,
-            eos_token_ids=self.tokenizer.eos_token_ids,
+            eos_token_ids=self.eos_token_ids,
             max_model_len=self.max_model_len,
             priority=priority,
             arrival_seq=arrival_seq,
@@ -64,9 +62,9 @@ class BeamSearchDriver:
             group.params, self._generator, group.prompt_token_ids, request.output_token_ids
         )
 
-    def on_sampled(self, sampled: dict[str, SampledToken]) -> list[RequestOutput]:
-        """Record the beams' candidates; close the rounds now complete. Returns the outputs of
-        the groups that finished."""
+    def on_sampled(self, sampled: dict[str, SampledToken]) -> list[BeamSearchGroup]:
+        """Record the beams' candidates; close the rounds now complete. Returns the groups that
+        finished."""
         closed = []
         for beam_id, token in sampled.items():
             group_id = self._group_of.get(beam_id)
@@ -75,7 +73,7 @@ class BeamSearchDriver:
             group = self.groups[group_id]
             if group.report(beam_id, token.top) and group not in closed:
                 closed.append(group)
-        outputs = []
+        finished = []
         for group in closed:
             forks, old_ids = group.advance()
             # Fork first (the survivors take references on their parents' blocks), then free
@@ -87,43 +85,15 @@ class BeamSearchDriver:
                 self._group_of.pop(old_id, None)
                 self.scheduler.finish_request(old_id, RequestStatus.FINISHED_STOPPED)
             if group.is_done:
-                outputs.append(self._finish(group, is_aborted=False))
-        return outputs
+                finished.append(self.groups.pop(group.request_id))
+        return finished
 
-    def abort(self, request_id: str) -> RequestOutput | None:
-        group = self.groups.get(request_id)
+    def abort(self, request_id: str) -> BeamSearchGroup | None:
+        group = self.groups.pop(request_id, None)
         if group is None:
             return None
         for beam_id in list(group.live):
             self._group_of.pop(beam_id, None)
             self.scheduler.finish_request(beam_id, RequestStatus.FINISHED_ABORTED)
         group.live = {}
-        return self._finish(group, is_aborted=True)
-
-    def _finish(self, group: BeamSearchGroup, *, is_aborted: bool) -> RequestOutput:
-        self.groups.pop(group.request_id, None)
-        skip = group.params.skip_special_tokens
-        beams = tuple(
-            BeamOutput(
-                text=self.tokenizer.decode(list(beam.token_ids), skip_special_tokens=skip),
-                token_ids=beam.token_ids,
-                cumulative_logprob=beam.cumulative_logprob,
-                score=beam.score,
-                finish_reason=beam.finish_reason,
-            )
-            for beam in ([] if is_aborted else group.results())
-        )
-        best = beams[0] if beams else None
-        return RequestOutput(
-            request_id=group.request_id,
-            text=best.text if best else "",
-            token_ids=best.token_ids if best else (),
-            logprobs=None,
-            is_finished=True,
-            finish_reason=FinishReason.ABORT if is_aborted or best is None else best.finish_reason,
-            stop_reason=None,
-            num_prompt_tokens=len(group.prompt_token_ids),
-            num_output_tokens=sum(len(beam.token_ids) for beam in beams),
-            num_cached_tokens=0,
-            beams=beams,
-        )
+        return group
