@@ -31,7 +31,7 @@ def _drain(engine: Any) -> tuple[int, float, dict[str, float]]:
 
 def measure(device: str) -> dict[str, Any]:
     from titan.bench.workload import build_workload
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
 
     engine = _engine(device)
     try:

@@ -70,7 +70,7 @@ def engine(path: str) -> Any:
 
 
 def greedy_answers(engine: Any, prompts: tuple[str, ...] = PROMPTS) -> list[list[int]]:
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
 
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True)
     for index, prompt in enumerate(prompts):

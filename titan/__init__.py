@@ -16,7 +16,7 @@ _EXPORTS = {
     "TitanConfig": "titan.config",
     "create_app": "titan.api",
     "EngineConfig": "titan.engine.config",
-    "SamplingParams": "titan.engine.sampling",
+    "SamplingParams": "titan.engine.sampling_params",
     "AsyncEngine": "titan.engine.async_engine",
 }
 

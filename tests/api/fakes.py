@@ -13,7 +13,7 @@ from typing import Any
 
 from titan.engine.config import EngineConfig
 from titan.engine.outputs import EngineStats, FinishReason, RequestOutput, TokenLogprob, TopLogprob
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 from titan.errors import ContextLengthExceededError, EngineError, ServiceUnavailableError
 
 BOS, EOS = 256, 257

@@ -138,7 +138,7 @@ def test_cpu_time():
 def test_sink_counts_batches_and_answers_200():
     import threading
 
-    from titan.observability.tracing import Span, SpanKind
+    from titan.observability.spans import Span, SpanKind
     from titan.observability.tracing_export import encode_request
 
     counts = otlp_sink.Counts()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import BeamSearchParams, SamplingParams
 from titan.errors import InvalidRequestError
 
 

@@ -9,7 +9,7 @@ from tests.engine.conftest import run_engine
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import FinishReason
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from titan.engine.constraints import GrammarCache
 from titan.engine.grammar_closing import GrammarCloser
-from titan.engine.sampling import StructuredOutput
+from titan.engine.sampling_params import StructuredOutput
 from titan.engine.tokenizer import Tokenizer
 
 SCHEMA = {

@@ -11,7 +11,7 @@ from tests.engine.conftest import run_engine
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.model.loader import default_gguf_path
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 from titan.engine.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import pytest
 
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 PROMPT_TEXT = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle. The story "

@@ -6,7 +6,7 @@ import pytest
 
 from titan.engine.kv_cache.manager import KVCacheManager, NoFreeBlockError
 from titan.engine.request import Request, RequestStatus
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 from titan.engine.scheduler import Scheduler, SchedulerConfig
 
 BLOCK = 4

@@ -13,7 +13,7 @@ from tests.engine.conftest import chat, run_engine
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import FinishReason
-from titan.engine.sampling import SamplingParams, StructuredOutput
+from titan.engine.sampling_params import SamplingParams, StructuredOutput
 from titan.errors import InvalidRequestError
 
 pytestmark = pytest.mark.slow

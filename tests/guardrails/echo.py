@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tests.api.fakes import FakeEngine
 from titan.engine.outputs import FinishReason, RequestOutput
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 
 @dataclass

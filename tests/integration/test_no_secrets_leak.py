@@ -18,7 +18,7 @@ import pytest
 import titan.api.app
 from tests.backends.upstream_fakes import VLLM, Canned, FakeUpstream
 from tests.integration.harness import running_titan
-from titan.observability.tracing import Span
+from titan.observability.spans import Span
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from titan.config import config_from_mapping
-from titan.observability.tracing import Span, SpanKind, Tracer
+from titan.observability.spans import Span, SpanKind
+from titan.observability.tracing import Tracer
 from titan.protocol import ChatCompletionRequest, ClientRequest
 from titan.service import build_pipeline
 

@@ -15,7 +15,8 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from titan.config.observability import TracingConfig
-from titan.observability.tracing import Span, SpanKind, Tracer, parse_traceparent
+from titan.observability.spans import Span, SpanKind
+from titan.observability.tracing import Tracer, parse_traceparent
 from titan.observability.tracing_export import OtlpExporter, encode_request
 
 

@@ -12,9 +12,9 @@ from titan.config.data_at_rest import RETENTION_NAMESPACES, DataAtRestConfig, pa
 from titan.context.rag.files import CONTENTS, FILES
 from titan.context.rag.store_index import chunk_namespace
 from titan.context.rag.vector_stores import STORES, VectorStores
-from titan.context.retention import RetentionSweeper
+from titan.context.retention_sweep import RetentionSweeper
 from titan.storage import open_storage
-from titan.storage.retention import WRITTEN_AT
+from titan.storage.retained_documents import WRITTEN_AT
 
 DAY = 86400.0
 TEXT = b"Remote work is allowed three days a week. Adoption leave lasts sixteen weeks."

@@ -54,7 +54,7 @@ class StepRecorder:
 
 
 def greedy(max_tokens: int) -> Any:
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
 
     # ignore_eos: a request generates exactly its trace's output length, as simulated.
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)

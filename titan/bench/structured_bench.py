@@ -21,7 +21,7 @@ from typing import Any
 
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
-from titan.engine.sampling import SamplingParams, StructuredOutput
+from titan.engine.sampling_params import SamplingParams, StructuredOutput
 
 SUBJECTS = [
     "Paris", "the ocean", "a cat", "Rome", "bread", "quantum physics", "Japan", "the moon",

@@ -14,11 +14,11 @@ from titan.bench.workload import BenchRequest, StreamRun, WorkloadRun, chat_prom
 if TYPE_CHECKING:
     from titan.bench.engine_bench import BenchSettings
     from titan.engine.engine import Engine
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
 
 
 def greedy(max_tokens: int) -> SamplingParams:
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
 
     # ignore_eos: every system generates exactly max_tokens tokens, whatever the text says.
     return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)

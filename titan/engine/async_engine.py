@@ -14,11 +14,10 @@ import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from titan.engine.beam_search import BeamSearchParams
 from titan.engine.config import EngineConfig
 from titan.engine.engine import Engine
 from titan.engine.outputs import EngineStats, RequestOutput
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import BeamSearchParams, SamplingParams
 from titan.engine.tokenizer import Tokenizer
 from titan.errors import EngineError, InvalidRequestError, ServiceUnavailableError, TitanError
 

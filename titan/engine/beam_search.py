@@ -1,186 +1,99 @@
-"""Beam search over the engine's requests: one request per live beam, advanced in rounds.
+"""Beam search in the engine's core: runs each group's rounds (beam_scoring) on the scheduler,
+forks survivors, frees pruned beams, hands back the groups that finished.
 
-Each round every live beam computes one token and reports its top ``2 * width`` next tokens
-(log-softmax of the raw logits). When all live beams have reported, the candidates (beam + token)
-are ranked by their length-penalized score and the best ``width`` survive: a survivor that ends
-(EOS, a stop token id, max_tokens, the context window) is finished, the others become the next
-round's beams. A new beam is a new request forked from its parent (the parent's KV blocks shared,
-the last one copied on write); the parents are then freed. vLLM's algorithm, deterministic.
-
-Pure Python: the engine runs the requests; this module only decides what the beams are.
+The engine hands over every beam request's sampled token (its top candidates); a beam's own
+"sampled" token is never appended by the scheduler, so a beam that has reported computes nothing
+until its round closes (the scheduler skips requests with nothing to compute).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+import torch
 
-from titan.engine.outputs import FinishReason
-from titan.engine.request import Request
-from titan.engine.sampling import MAX_LOGPROBS, SamplingParams
-from titan.errors import InvalidRequestError
-
-# Each beam asks the sampler for its 2 * width most likely next tokens (as vLLM does).
-MAX_BEAM_WIDTH = MAX_LOGPROBS // 2
+from titan.engine.beam_scoring import BeamSearchGroup
+from titan.engine.request import RequestStatus
+from titan.engine.sampler import SampledToken, SamplingRow
+from titan.engine.sampling_params import BeamSearchParams, SamplingParams
+from titan.engine.scheduler import Scheduler
 
 
-@dataclass(frozen=True)
-class BeamSearchParams:
-    width: int  # beams kept per round (OpenAI/vLLM: best_of, else n)
-    num_results: int  # sequences returned, best first (n)
-    length_penalty: float = 1.0  # score = cum_logprob / num_output_tokens ** length_penalty
+class BeamSearchDriver:
+    def __init__(self, scheduler: Scheduler, eos_token_ids: tuple[int, ...], max_model_len: int):
+        self.scheduler = scheduler
+        self.eos_token_ids = eos_token_ids
+        self.max_model_len = max_model_len
+        self.groups: dict[str, BeamSearchGroup] = {}
+        self._group_of: dict[str, str] = {}  # beam request id -> group (client) request id
+        # Beams are greedy: the sampler never draws from this generator.
+        self._generator = torch.Generator()
 
-    def __post_init__(self) -> None:
-        if not 1 <= self.width <= MAX_BEAM_WIDTH:
-            raise InvalidRequestError(
-                f"Invalid value for 'n': beam search supports a beam width (best_of, else n) "
-                f"from 1 to {MAX_BEAM_WIDTH}, got {self.width}.",
-                param="n",
-            )
-        if not 1 <= self.num_results <= self.width:
-            raise InvalidRequestError(
-                f"Invalid value for 'best_of': it must be >= n ({self.num_results}) for beam "
-                f"search, got {self.width}.",
-                param="best_of",
-            )
-        if not math.isfinite(self.length_penalty):
-            raise InvalidRequestError(
-                "Invalid value for 'length_penalty': it must be a finite number.",
-                param="length_penalty",
-            )
+    def owns(self, beam_request_id: str) -> bool:
+        return beam_request_id in self._group_of
 
-
-@dataclass(frozen=True)
-class FinishedBeam:
-    token_ids: tuple[int, ...]  # output tokens, the ending EOS / stop token included
-    cumulative_logprob: float
-    score: float
-    finish_reason: FinishReason
-
-
-@dataclass
-class _Beam:
-    request: Request
-    cumulative_logprob: float
-
-
-@dataclass
-class BeamSearchGroup:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams  # the caller's, made greedy with 2 * width logprobs
-    beam: BeamSearchParams
-    eos_token_ids: tuple[int, ...]
-    max_model_len: int
-    priority: int
-    arrival_seq: int
-    live: dict[str, _Beam] = field(default_factory=dict)
-    finished: list[FinishedBeam] = field(default_factory=list)
-    # The current round's reports: beam request id -> its (token id, logprob) candidates.
-    reports: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    num_beams_made: int = 0
-
-    @classmethod
-    def create(
-        cls,
+    def add(
+        self,
         request_id: str,
         prompt_token_ids: list[int],
         params: SamplingParams,
         beam: BeamSearchParams,
         *,
-        eos_token_ids: tuple[int, ...],
-        max_model_len: int,
         priority: int,
         arrival_seq: int,
-    ) -> BeamSearchGroup:
-        beam_params = replace(params, temperature=0.0, logprobs=2 * beam.width, seed=None)
-        group = cls(
+    ) -> None:
+        group = BeamSearchGroup.create(
             request_id,
-            list(prompt_token_ids),
-            beam_params,
+            prompt_token_ids,
+            params,
             beam,
-            eos_token_ids,
-            max_model_len,
-            priority,
-            arrival_seq,
-        )
-        first = group._new_request([])
-        group.live[first.request_id] = _Beam(first, 0.0)
-        return group
-
-    def _new_request(self, output_token_ids: list[int]) -> Request:
-        request = Request(
-            f"{self.request_id}#beam{self.num_beams_made}",
-            self.prompt_token_ids,
-            self.params,
-            priority=self.priority,
-            arrival_seq=self.arrival_seq,
             eos_token_ids=self.eos_token_ids,
+            max_model_len=self.max_model_len,
+            priority=priority,
+            arrival_seq=arrival_seq,
         )
-        request.all_token_ids.extend(output_token_ids)
-        self.num_beams_made += 1
-        return request
+        self.groups[request_id] = group
+        for beam_id, live in group.live.items():
+            self._group_of[beam_id] = request_id
+            self.scheduler.add_request(live.request)
 
-    @property
-    def is_done(self) -> bool:
-        return not self.live
+    def row(self, beam_request_id: str) -> SamplingRow:
+        group = self.groups[self._group_of[beam_request_id]]
+        request = group.live[beam_request_id].request
+        return SamplingRow(
+            group.params, self._generator, group.prompt_token_ids, request.output_token_ids
+        )
 
-    def report(self, beam_id: str, top: tuple[tuple[int, float], ...]) -> bool:
-        """Record a beam's candidates; True when every live beam has reported this round."""
-        self.reports[beam_id] = top
-        return len(self.reports) == len(self.live)
-
-    def score(self, output_token_ids: list[int] | tuple[int, ...], cum_logprob: float) -> float:
-        length = len(output_token_ids)
-        if output_token_ids and self._ends(output_token_ids[-1]):
-            length -= 1  # the ending token is not text (vLLM, HF)
-        return cum_logprob / max(length, 1) ** self.beam.length_penalty
-
-    def _ends(self, token_id: int) -> bool:
-        if token_id in self.params.stop_token_ids:
-            return True
-        return not self.params.ignore_eos and token_id in self.eos_token_ids
-
-    def advance(self) -> tuple[list[tuple[Request, Request]], list[str]]:
-        """Close the round: returns the (parent, child) forks to make and the old beam ids to
-        free. Finished survivors go to ``finished``."""
-        candidates = []
-        for beam_id, beam in self.live.items():
-            request = beam.request
-            may_end = request.num_output_tokens >= self.params.min_tokens
-            for token_id, logprob in self.reports[beam_id]:
-                if self._ends(token_id) and not may_end:
-                    continue
-                output_ids = [*request.output_token_ids, token_id]
-                cum_logprob = beam.cumulative_logprob + logprob
-                candidates.append(
-                    (self.score(output_ids, cum_logprob), beam, token_id, cum_logprob)
-                )
-        candidates.sort(key=lambda candidate: candidate[0], reverse=True)  # stable: deterministic
-        forks = []
-        next_live: dict[str, _Beam] = {}
-        for score, beam, token_id, cum_logprob in candidates[: self.beam.width]:
-            output_ids = [*beam.request.output_token_ids, token_id]
-            reason = None
-            if self._ends(token_id):
-                reason = FinishReason.STOP
-            elif (
-                len(output_ids) >= self.params.max_tokens
-                or len(self.prompt_token_ids) + len(output_ids) >= self.max_model_len
-            ):
-                reason = FinishReason.LENGTH
-            if reason is not None:
-                self.finished.append(FinishedBeam(tuple(output_ids), cum_logprob, score, reason))
+    def on_sampled(self, sampled: dict[str, SampledToken]) -> list[BeamSearchGroup]:
+        """Record the beams' candidates; close the rounds now complete. Returns the groups that
+        finished."""
+        closed = []
+        for beam_id, token in sampled.items():
+            group_id = self._group_of.get(beam_id)
+            if group_id is None:
                 continue
-            child = self._new_request(output_ids)
-            next_live[child.request_id] = _Beam(child, cum_logprob)
-            forks.append((beam.request, child))
-        old_ids = list(self.live)
-        self.live = next_live
-        self.reports = {}
-        return forks, old_ids
+            group = self.groups[group_id]
+            if group.report(beam_id, token.top) and group not in closed:
+                closed.append(group)
+        finished = []
+        for group in closed:
+            forks, old_ids = group.advance()
+            # Fork first (the survivors take references on their parents' blocks), then free
+            # the parents: the shared blocks stay, the pruned beams' blocks return to the pool.
+            for parent, child in forks:
+                self._group_of[child.request_id] = group.request_id
+                self.scheduler.fork(parent, child)
+            for old_id in old_ids:
+                self._group_of.pop(old_id, None)
+                self.scheduler.finish_request(old_id, RequestStatus.FINISHED_STOPPED)
+            if group.is_done:
+                finished.append(self.groups.pop(group.request_id))
+        return finished
 
-    def results(self) -> list[FinishedBeam]:
-        """The ``num_results`` best finished beams, best first (once ``is_done``)."""
-        ranked = sorted(self.finished, key=lambda beam: beam.score, reverse=True)
-        return ranked[: self.beam.num_results]
+    def abort(self, request_id: str) -> BeamSearchGroup | None:
+        group = self.groups.pop(request_id, None)
+        if group is None:
+            return None
+        for beam_id in list(group.live):
+            self._group_of.pop(beam_id, None)
+            self.scheduler.finish_request(beam_id, RequestStatus.FINISHED_ABORTED)
+        group.live = {}
+        return group

@@ -1,5 +1,7 @@
-"""Building the engine's model: which form its weights run in, on which kernels.
+"""Building the engine: the model and tokenizer, the device, the form the weights run in and on
+which kernels, and the KV cache's size. Everything here is decided once, at start.
 
+The weights run in one of two forms:
 - quantized (the default for a GGUF file on CPU): the file's own Q4_1/Q8_0 blocks (or float
   weights quantized to Q8_0 with ``quantization="q8_0"``), a whole step per call into the C
   kernels, activations in float32 and the KV cache in float16;
@@ -14,17 +16,18 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from titan.engine.config import EngineConfig
-from titan.engine.device import resolve_dtype
+from titan.engine.device import resolve_device, resolve_dtype
 from titan.engine.kernels.build import build_library
 from titan.engine.kernels.cpu_attention import CpuPagedAttention
 from titan.engine.kernels.library import CpuKernels
 from titan.engine.model.config import ModelConfig
 from titan.engine.model.llama import LlamaForCausalLM
-from titan.engine.model.loader import ModelSource, load_weights
+from titan.engine.model.loader import ModelSource, load_config, load_weights, resolve_model
 from titan.engine.model.quantized import (
     BLOCKS_FILE,
     KV_DTYPE,
@@ -32,6 +35,8 @@ from titan.engine.model.quantized import (
     can_quantize,
     load_quantized,
 )
+from titan.engine.runner import KVCacheSpec
+from titan.engine.tokenizer import Tokenizer
 from titan.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,59 @@ class BuiltModel:
     def close(self) -> None:
         if self.kernels is not None:
             self.kernels.close()
+
+
+@dataclass
+class BuiltEngine:
+    model_name: str
+    hf_dir: Path  # the model as an HF directory (a GGUF file is converted once, then cached)
+    tokenizer: Tokenizer
+    model: BuiltModel
+    kv_spec: KVCacheSpec
+    num_kv_blocks: int
+    # The model's context window, capped by the config and shrunk to what the KV cache holds.
+    max_model_len: int
+
+
+def build_engine(config: EngineConfig) -> BuiltEngine:
+    torch.set_num_threads(config.resolved_num_threads())
+    source = resolve_model(config.model, config.resolved_cache_dir() / "models")
+    model_config = load_config(source.hf_dir)
+    device = resolve_device(config.device)
+    max_model_len = min(
+        config.max_model_len or model_config.max_position_embeddings,
+        model_config.max_position_embeddings,
+    )
+    tokenizer = Tokenizer(source.hf_dir, model_config.eos_token_ids, model_config.bos_token_id)
+    model = build_model(config, source, model_config, device, max_model_len)
+    spec = KVCacheSpec(
+        num_layers=model_config.num_hidden_layers,
+        num_kv_heads=model_config.num_key_value_heads,
+        head_dim=model_config.head_dim,
+        block_size=config.block_size,
+        dtype=model.kv_dtype,
+    )
+    num_blocks = config.num_kv_blocks or max(2, config.kv_cache_bytes // spec.bytes_per_block)
+    capacity = num_blocks * config.block_size
+    if capacity < max_model_len:
+        # A sequence longer than the whole cache could never run: the window shrinks to fit.
+        log.warning(
+            "the KV cache holds %d tokens, fewer than the context window (%d): serving a "
+            "%d-token window; raise --kv-cache-memory to serve the full one",
+            capacity,
+            max_model_len,
+            capacity,
+        )
+        max_model_len = capacity
+    return BuiltEngine(
+        model_name=config.served_model_name or source.name,
+        hf_dir=source.hf_dir,
+        tokenizer=tokenizer,
+        model=model,
+        kv_spec=spec,
+        num_kv_blocks=num_blocks,
+        max_model_len=max_model_len,
+    )
 
 
 def build_model(

@@ -30,7 +30,7 @@ import llguidance
 import torch
 
 from titan.engine.grammar_closing import MINIMUM_SEARCH_BYTES, ClosingBudget, GrammarCloser
-from titan.engine.sampling import StructuredOutput
+from titan.engine.sampling_params import StructuredOutput
 from titan.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class BeamOutput:
-    """One sequence a beam search returns (see titan.engine.beam_search)."""
+    """One sequence a beam search returns (scored as titan.engine.beam_scoring says)."""
 
     text: str
     token_ids: tuple[int, ...]

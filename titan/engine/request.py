@@ -12,7 +12,7 @@ import enum
 import itertools
 from collections.abc import Iterator
 
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 
 class RequestStatus(enum.Enum):
@@ -58,7 +58,7 @@ class Request:
         self.block_hashes: list[bytes] = []
         self.num_cached_tokens = 0  # prompt tokens served by the prefix cache at first admission
         self.num_preemptions = 0
-        self.stop_reason: str | int | None = None
+        self.stop_reason: int | None = None  # the stop token id that ended the request
         # Parallel sampling (n > 1): the id of a sibling with the same prompt. This request waits
         # until that sibling has computed the prompt, then shares its KV blocks (copy-on-write of
         # the last one) instead of computing the prompt again. Cleared at first admission.

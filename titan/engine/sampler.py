@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from titan.engine.constraints import ConstraintState, RowMask, apply_masks
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 
 
 @dataclass

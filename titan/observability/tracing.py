@@ -21,53 +21,13 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import Any, Protocol
+from typing import Any
+
+from titan.observability.spans import Span, SpanExporter, SpanKind
 
 # W3C trace context: version-traceid-parentid-flags, lowercase hex.
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _SAMPLED_FLAG = 0x01
-
-
-class SpanKind(IntEnum):
-    """OTLP's span kinds (the values of its enum)."""
-
-    INTERNAL = 1
-    SERVER = 2
-    CLIENT = 3
-
-
-@dataclass(slots=True)
-class Span:
-    name: str
-    trace_id: int
-    span_id: int
-    parent_span_id: int  # 0: a root without a remote parent
-    kind: SpanKind
-    start_ns: int
-    attributes: dict[str, Any]
-    end_ns: int = 0
-    error: str | None = None  # set when the block raised: OTLP status ERROR with this message
-
-    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self.attributes.update(attributes)
-
-    def is_recording(self) -> bool:
-        return self.end_ns == 0
-
-    @property
-    def trace_id_hex(self) -> str:
-        return f"{self.trace_id:032x}"
-
-    def traceparent(self) -> str:
-        """This span as a W3C ``traceparent`` (sampled), for a downstream call to join."""
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
-
-
-class SpanExporter(Protocol):
-    def add(self, span: Span) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 @dataclass(frozen=True)

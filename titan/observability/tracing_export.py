@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from titan.observability.tracing import Span
+from titan.observability.spans import Span
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,8 @@ from titan.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from titan.observability.tracing import SpanKind, Tracer
+from titan.observability.spans import SpanKind
+from titan.observability.tracing import Tracer
 from titan.protocol import Answer, ClientRequest
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RequestTraits, RoutedModel

@@ -19,7 +19,7 @@ from titan.backends import Backend, create_backend
 from titan.cache.embedder import Embedder
 from titan.cache.response_cache import ResponseCache
 from titan.config import ALL_UPSTREAM_MODELS, ModelConfig, OpenAIDeployment, TitanConfig
-from titan.context.retention import RetentionSweeper
+from titan.context.retention_sweep import RetentionSweeper
 from titan.errors import ServiceUnavailableError
 from titan.limits.usage import UsageLedger
 from titan.limits.usage_buffer import UsageBuffer

@@ -335,8 +335,8 @@ class Storage:
     # A cheap reachability check (Redis: PING) raising StorageUnavailableError; None for stores
     # in this process (memory, SQLite), which cannot be unreachable.
     ping: Any = None
-    # The documents' retention (storage.retention.RetainedDocuments) when TTLs are configured:
-    # the sweep asks it for the expired documents.
+    # The documents' retention (storage.retained_documents.RetainedDocuments) when TTLs are
+    # configured: the sweep asks it for the expired documents.
     retention: Any = None
 
     async def close(self) -> None:

@@ -11,7 +11,7 @@ from titan.errors import ConfigError, ServiceUnavailableError
 from titan.storage.base import Storage
 from titan.storage.memory import MemoryCounters, MemoryDocuments, MemoryLimits
 from titan.storage.memory_cache import MemoryCache
-from titan.storage.retention import RetainedDocuments
+from titan.storage.retained_documents import RetainedDocuments
 from titan.storage.sealed import Keyring, SealedDocuments
 from titan.storage.sealed_cache import SealedCache
 from titan.storage.sealed_jobs import SealedJobs
@@ -44,7 +44,7 @@ async def open_storage(
 
     With ``data_at_rest`` (the server always passes it) documents and cached answers are sealed
     with its keys and documents expire by its retention, whatever the store: see
-    ``titan.storage.sealed`` and ``titan.storage.retention``.
+    ``titan.storage.sealed`` and ``titan.storage.retained_documents``.
     """
     storage = await _open(url, now, key_prefix)
     if data_at_rest is not None:

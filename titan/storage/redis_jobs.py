@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from titan.storage import redis_jobs_scripts as scripts
+import titan.storage.redis_jobs_scripts as scripts
 from titan.storage.base import Job
 from titan.storage.job_states import cancelled, settled, taken
 from titan.storage.redis_errors import translates_errors

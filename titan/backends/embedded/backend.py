@@ -35,8 +35,8 @@ from titan.backends.embedded.tool_parser import choice_message, tool_finish_reas
 from titan.backends.embedded.tool_stream import ToolCallStream
 from titan.backends.embedded.tools import tool_plan
 from titan.config import EmbeddedDeployment, EmbeddedModelConfig
-from titan.engine.beam_search import BeamSearchParams
 from titan.engine.outputs import RequestOutput
+from titan.engine.sampling_params import BeamSearchParams
 from titan.errors import EngineError, ServiceUnavailableError
 from titan.protocol import (
     Answer,

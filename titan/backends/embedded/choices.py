@@ -13,9 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from titan.backends.embedded.convert import finish_reason
-from titan.engine.beam_search import BeamSearchParams
 from titan.engine.outputs import RequestOutput
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import BeamSearchParams, SamplingParams
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, CompletionRequest
 

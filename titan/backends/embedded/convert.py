@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from titan.engine.outputs import FinishReason, TokenLogprob
-from titan.engine.sampling import SamplingParams, StructuredOutput
+from titan.engine.sampling_params import SamplingParams, StructuredOutput
 from titan.errors import ContextLengthExceededError, InvalidRequestError, ServiceUnavailableError
 from titan.protocol import (
     ChatCompletionRequest,

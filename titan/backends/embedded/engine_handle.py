@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from titan.engine.async_engine import AsyncEngine
     from titan.engine.beam_search import BeamSearchParams
     from titan.engine.outputs import EngineStats, RequestOutput
-    from titan.engine.sampling import SamplingParams
+    from titan.engine.sampling_params import SamplingParams
     from titan.engine.tokenizer import Tokenizer
 
 

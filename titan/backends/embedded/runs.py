@@ -20,7 +20,7 @@ from titan.backends.embedded.convert import (
 from titan.backends.embedded.engine_handle import EngineHandle
 from titan.backends.embedded.tools import ToolPlan, forced_call_constraint, render_chat_prompt
 from titan.engine.outputs import TokenLogprob
-from titan.engine.sampling import SamplingParams
+from titan.engine.sampling_params import SamplingParams
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest, CompletionRequest, Usage
 

@@ -18,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from titan.engine.sampling import StructuredOutput
+from titan.engine.sampling_params import StructuredOutput
 from titan.errors import InvalidRequestError
 from titan.protocol import ChatCompletionRequest
 

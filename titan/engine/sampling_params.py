@@ -1,7 +1,9 @@
-"""Per-request sampling parameters (OpenAI's plus vLLM's extras), validated on construction."""
+"""What a request asks of the engine, validated on construction: sampling (OpenAI's parameters
+plus vLLM's extras), structured output, beam search."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from titan.errors import InvalidRequestError
@@ -125,6 +127,35 @@ class SamplingParams:
             self.presence_penalty != 0.0
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
+        )
+
+
+# Each beam asks the sampler for its 2 * width most likely next tokens (as vLLM does).
+MAX_BEAM_WIDTH = MAX_LOGPROBS // 2
+
+
+@dataclass(frozen=True)
+class BeamSearchParams:
+    width: int  # beams kept per round (OpenAI/vLLM: best_of, else n)
+    num_results: int  # sequences returned, best first (n)
+    length_penalty: float = 1.0  # score = cum_logprob / num_output_tokens ** length_penalty
+
+    def __post_init__(self) -> None:
+        _check(
+            1 <= self.width <= MAX_BEAM_WIDTH,
+            "n",
+            f"beam search supports a beam width (best_of, else n) from 1 to {MAX_BEAM_WIDTH}, "
+            f"got {self.width}",
+        )
+        _check(
+            1 <= self.num_results <= self.width,
+            "best_of",
+            f"it must be >= n ({self.num_results}) for beam search, got {self.width}",
+        )
+        _check(
+            math.isfinite(self.length_penalty),
+            "length_penalty",
+            "it must be a finite number",
         )
 
 

@@ -1,7 +1,7 @@
 """The retention sweep: purges expired tenant data, and frees vectors of stores gone elsewhere.
 
 Every replica runs one (``start``), every ``interval_s``. Expired documents already read as
-absent (``titan.storage.retention``); the sweep deletes them, with what hangs off them:
+absent (``titan.storage.retained_documents``); the sweep deletes them, with what hangs off them:
 
 - a vector store: its file links and chunks (``VectorStores.purge``);
 - a file: its content, and its chunks in every vector store of its tenant that holds it, as a

@@ -3,7 +3,7 @@
 ``RetainedDocuments`` wraps a ``DocumentStore``: every write stamps ``_written_at`` (the store's
 wall clock, unix seconds), and a document of a retained namespace older than its retention reads
 as absent (``get`` None, left out of ``list``) from that moment, whether or not it was purged yet:
-expired data is never served. Purging is the sweep's job (``titan.context.retention``): Redis
+expired data is never served. Purging is the sweep's job (``titan.context.retention_sweep``): Redis
 keeps one hash per namespace (no per-field expiry before 7.4), and a vector store takes its files'
 chunks with it, so expiry is a timestamp and a periodic sweep rather than a store TTL.
 
