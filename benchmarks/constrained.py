@@ -28,9 +28,9 @@ from typing import Any
 import jsonschema
 import openai
 
+from benchmarks.report import machine_info, package_versions
 from benchmarks.titan_server import start_titan, titan_environment
-from titan.bench.processes import Services
-from titan.bench.report import machine_info, package_versions
+from titan.chaos.processes import Services
 
 BENCHMARK = "constrained"
 DATA = Path(__file__).resolve().parent / "data"

@@ -30,7 +30,7 @@ def _drain(engine: Any) -> tuple[int, float, dict[str, float]]:
 
 
 def measure(device: str) -> dict[str, Any]:
-    from titan.bench.workload import build_workload
+    from benchmarks.workload import build_workload
     from titan.engine.sampling import SamplingParams
 
     engine = _engine(device)

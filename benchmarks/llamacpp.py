@@ -35,10 +35,10 @@ from benchmarks.llamacpp_load import (
     run_one,
     titan_conversation,
 )
+from benchmarks.report import machine_info, package_versions
 from benchmarks.titan_server import start_titan, titan_environment
-from titan.bench.processes import Services, stop
-from titan.bench.report import machine_info, package_versions
-from titan.bench.workload import BenchRequest, build_workload, chat_prompt
+from benchmarks.workload import BenchRequest, build_workload, chat_prompt
+from titan.chaos.processes import Services, stop
 
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
              "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimddp", "sve")  # fmt: skip

@@ -1,0 +1,229 @@
+"""The jobs benchmark's report: targets, versions, its section of bench/RESULTS.md and the
+console tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import results_file
+from benchmarks.jobs_bench import MODEL
+from benchmarks.report import targets_table
+
+SECTION_START, SECTION_END = results_file.markers("jobs")
+MIN_SQLITE_JOBS_PER_S = 500.0
+MAX_P99_RATIO = 1.20
+_MODE_NAMES = {"sqlite": "SQLite", "redis": "Redis"}
+
+
+# ---- targets and versions ------------------------------------------------------------------
+
+
+def _check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
+           digits: int = 0) -> dict[str, Any]:  # fmt: skip
+    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
+            "digits": digits}  # fmt: skip
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator is not None and denominator else None
+
+
+def latency_ratios(interactive: dict[str, Any]) -> dict[str, float | None]:
+    alone, loaded = interactive["alone"], interactive["with_batch"]
+    return {"p50": _ratio(loaded["p50_ms"], alone["p50_ms"]),
+            "p99": _ratio(loaded["p99_ms"], alone["p99_ms"])}  # fmt: skip
+
+
+def summarize_batch(timeline: list[dict[str, Any]], *, jobs: int, create_s: float) -> dict:
+    """The batch over phase B's window: ``timeline``'s states (``t_s``, status, request counts),
+    the first at the window's start, the last at its end."""
+    first, last = timeline[0], timeline[-1]
+    done = last["completed"] + last["failed"] - first["completed"] - first["failed"]
+    window_s = last["t_s"] - first["t_s"]
+    finished_at = next((s["t_s"] for s in timeline if s["status"] != "in_progress"), None)
+    finished_after_s = None if finished_at is None else finished_at - first["t_s"]
+    ran_s = window_s if finished_after_s is None else finished_after_s  # in the window
+    return {
+        "jobs": jobs, "create_s": create_s, "start": first, "end": last, "window_s": window_s,
+        "done_in_window": done, "jobs_per_s": done / ran_s if ran_s > 0 else None,
+        "still_running_at_end": last["status"] == "in_progress",
+        "finished_after_s": finished_after_s, "timeline": timeline,
+    }  # fmt: skip
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = []
+    for row in results["throughput"]["modes"]:
+        rate, name = row["queue"]["jobs_per_s"], _MODE_NAMES[row["mode"]]
+        if row["mode"] == "sqlite":
+            checks.append(
+                _check(
+                    "SQLite: jobs/s, submit to result",
+                    rate,
+                    f"≥ {MIN_SQLITE_JOBS_PER_S:g}",
+                    rate >= MIN_SQLITE_JOBS_PER_S,
+                )
+            )
+        else:
+            checks.append(_check(f"{name}: jobs/s, submit to result (reported)", rate, "–", None))
+    unfinished = sum(row["queue"]["jobs"] + row["queue"]["warmup_jobs"]
+                     - row["queue"]["counts"].get("succeeded", 0)
+                     for row in results["throughput"]["modes"])  # fmt: skip
+    retried = sum(row["queue"]["retried_jobs"] for row in results["throughput"]["modes"])
+    checks.append(_check("jobs not succeeded, or retried (every mode)", unfinished + retried,
+                         "= 0", unfinished + retried == 0))  # fmt: skip
+    ratios = latency_ratios(results["interactive"])
+    p99 = ratios["p99"]
+    checks += [
+        _check("interactive p99 with the batch running ÷ without", p99, f"≤ {MAX_P99_RATIO:.2f}",
+               p99 is not None and p99 <= MAX_P99_RATIO, "×", 2),
+        _check("interactive p50 with the batch running ÷ without (reported)", ratios["p50"], "–",
+               None, "×", 2),
+    ]  # fmt: skip
+    return checks
+
+
+def versions(sqlite_library: str, redis_server: str | None) -> dict[str, str]:
+    from benchmarks.report import package_version, package_versions
+
+    return {**package_versions("titan"), "sqlite": sqlite_library,
+            "redis-py": package_version("redis"), "redis_server": redis_server or "not used",
+            "httpx": package_version("httpx"), "uvicorn": package_version("uvicorn")}  # fmt: skip
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _statuses(statuses: dict[Any, int]) -> str:
+    failed = {str(k): n for k, n in statuses.items() if str(k) != "200"}
+    return ", ".join(f"{k or 'transport'}: {n}" for k, n in sorted(failed.items())) or "none"
+
+
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Title → (header, rows): the same tables on the console and in the Markdown."""
+    tables = {"Targets": targets_table(results["targets"], _num)}
+    rows = []
+    for row in results["throughput"]["modes"]:
+        q, d = row["queue"], row["direct"]
+        rows.append([
+            _MODE_NAMES[row["mode"]], f"{q['succeeded']:,} / {q['jobs']:,}", _num(q["seconds"], 2),
+            f"**{_num(q['jobs_per_s'])}**", _num(q["submit_s"], 2), _num(d["requests_per_s"]),
+            _num(row["ratio"], 2) + ("×" if row["ratio"] is not None else ""),
+            str(q["retried_jobs"]),
+        ])  # fmt: skip
+    tables["Throughput (in-process, zero-latency model)"] = (
+        ["storage", "jobs succeeded", "seconds", "jobs/s", "all submitted after (s)",
+         "direct requests/s", "queue ÷ direct", "retried jobs"], rows)  # fmt: skip
+    inter = results["interactive"]
+    batch = inter["batch"]
+    rows = []
+    in_window = f"{batch['done_in_window']:,} ({_num(batch['jobs_per_s'])}/s)"
+    for phase, key, done in (("A: interactive alone", "alone", "–"),
+                             ("B: with the batch running", "with_batch", in_window)):  # fmt: skip
+        p = inter[key]
+        rows.append([phase, f"{p['requests']:,}", _num(p["requests_per_s"], 1),
+                     _num(p["p50_ms"], 1), f"**{_num(p['p99_ms'], 1)}**", _num(p["mean_ms"], 1),
+                     _statuses(p["statuses"]), done])  # fmt: skip
+    tables["Interactive latency (titan serve)"] = (
+        ["phase", "requests", "req/s", "p50 ms", "p99 ms", "mean ms", "failed",
+         "batch jobs done in the window"], rows)  # fmt: skip
+    return tables
+
+
+def _batch_note(results: dict[str, Any]) -> str:
+    batch, s = results["interactive"]["batch"], results["meta"]["settings"]
+    end = batch["end"]
+    note = (
+        f"The batch ({batch['jobs']:,} requests; upload and create took "
+        f"{batch['create_s']:.2f} s) had {batch['start']['completed']:,} requests done when "
+        f"the window opened and {end['completed']:,} completed, {end['failed']:,} failed at "
+        f"its end ({batch['window_s']:.1f} s later; status `{end['status']}`)."
+    )
+    if batch["still_running_at_end"]:
+        return note + " It was still running when the window closed: phase B ran beside it " \
+            "from start to end."  # fmt: skip
+    after = batch["finished_after_s"]
+    when = f"after {after:.1f} s" if after is not None else "before the window closed"
+    return (
+        note + f" **It finished {when} of the {s['duration_s']:g} s window**: the "
+        "comparison covers the batch only for that part of phase B; the rest ran without it."
+    )
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    import yaml
+
+    meta, thr, inter = results["meta"], results["throughput"], results["interactive"]
+    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    tables = report_tables(results)
+    lines = [SECTION_START, "## Jobs benchmark (`python -m benchmarks jobs`)", ""]
+    if s["is_quick"]:
+        lines += ["> **Quick variant** (`--quick`): a smoke run of every phase (few jobs, short "
+                  "windows). Its numbers say nothing about the targets.", ""]  # fmt: skip
+    redis_modes = [row for row in thr["modes"] if row["mode"] == "redis"]
+    lines += [
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
+        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
+        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
+        f"Python {v['python']}, titan {v['titan']}, SQLite {v['sqlite']}, redis-py "
+        f"{v['redis-py']}, Redis server {v['redis_server']}, httpx {v['httpx']}, uvicorn "
+        f"{v['uvicorn']}.", "",
+        "### Targets", "", *_table(*tables["Targets"]), "",
+        "### Throughput: submit to result", "",
+        f"In one process, per storage: a fresh pipeline (`build_pipeline`) whose model `{MODEL}` "
+        "is the simulated backend with zero latency (`ttft_s: 0`, 4 output tokens), "
+        f"`jobs.workers: {s['workers']}` in-process workers polling every {s['poll_s']:g} s, the "
+        "exact cache off (every job reaches the backend), probes and hedging off. "
+        f"{s['jobs']:,} chat requests, each with its own message, submitted through "
+        f"`JobsService.submit` by {s['submitters']} concurrent tasks; timed from the first "
+        "submit until `queue.counts()` (read every 20 ms) shows them all final; jobs/s = jobs "
+        "succeeded ÷ that time. *Direct*: the same requests on another fresh pipeline and "
+        "storage, no workers, through `JobsService.execute` — the `ClientRequest` a job's "
+        f"attempt builds (batch priority class), `pipeline.complete`, the answer parsed — "
+        f"{s['workers']} at a time, no queue. Each run first sends {s['warmup']} untimed "
+        "requests (or jobs) on its pipeline. SQLite: a new file per run; Redis: an empty "
+        "database claimed per run (`" + (redis_modes[0]["storage"] if redis_modes else "–")
+        + "` last), its keys deleted after. Retried jobs: jobs with more than one attempt.", "",
+        *_table(*tables["Throughput (in-process, zero-latency model)"]), "",
+        "### Interactive latency while a batch runs", "",
+        f"`titan serve` (a subprocess) with the simulated model `{MODEL}` (`ttft_s: "
+        f"{s['ttft_s']:g}`, {s['output_tokens']} output tokens), SQLite storage, "
+        f"`jobs.workers: {s['serve_workers']}` in-process, the cache off. Interactive load: "
+        f"{s['clients']} closed-loop clients (httpx, async), each sending its next chat "
+        f"completion (its own prompt, `max_tokens: {s['output_tokens']}`) when the last is "
+        f"answered, for {s['duration_s']:g} s, after {s['interactive_warmup']} untimed "
+        "requests. *A*: that load alone. *B*: right after A, a JSONL file of "
+        f"{s['batch_jobs']:,} chat requests uploaded (`POST /v1/files`, purpose `batch`) and a "
+        "batch created (`POST /v1/batches`); as soon as its first requests are done (the "
+        "workers are on it) the same load runs again. Latency: the client's time "
+        "per answered request; jobs done in the window: the batch's `request_counts` "
+        "(completed + failed) at the window's end minus its start, per second of the window "
+        f"while the batch ran (its status read every {s['batch_poll_s']:g} s).", "",
+        *_table(*tables["Interactive latency (titan serve)"]), "",
+        _batch_note(results), "",
+        "### Commands and config", "",
+        f"Interactive phase: `{inter['command']}` with this config:", "",
+        "```yaml", yaml.safe_dump(inter["config"], sort_keys=False).rstrip("\n"), "```", "",
+        "Throughput phase: each pipeline's config (`config_from_mapping`, environment variables "
+        "ignored), the storage per mode, `jobs.workers: 0` for direct:", "",
+        "```yaml", yaml.safe_dump(thr["config"], sort_keys=False).rstrip("\n"), "```", "",
+    ]  # fmt: skip
+    if json_name:
+        lines += [f"Raw numbers (the batch's progress each {s['batch_poll_s']:g} s included): "
+                  f"`{json_name}`.", ""]  # fmt: skip
+    return "\n".join([*lines, SECTION_END]) + "\n"
+
+
+def print_console(results: dict[str, Any], console: Any) -> None:
+    from titan.cli.tables import print_tables
+
+    print_tables(report_tables(results), console)

@@ -1,0 +1,190 @@
+"""The load generator benchmark's report: targets, versions, its section of bench/RESULTS.md and
+the console tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import results_file
+from benchmarks.loadgen_bench import BENCHMARK, MAX_CORES, MIN_DELIVERED, MODES
+from benchmarks.report import targets_table
+
+SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
+RUN_LABELS = {
+    "open": "load generator, open loop",
+    "closed": "load generator, closed loop",
+    "wrk": "wrk (baseline), closed loop",
+}
+
+
+def _check(
+    name: str,
+    value: float | None,
+    target: str,
+    passed: bool | None,
+    unit: str = "",
+    digits: int = 2,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": value,
+        "target": target,
+        "passed": passed,
+        "unit": unit,
+        "digits": digits,
+    }
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rate = results["meta"]["settings"]["rate"]
+    checks = []
+    for mode in MODES:
+        cells = results["modes"][mode]["cells"]
+        cores = cells["open"]["client_cores"]
+        checks.append(
+            _check(
+                f"load generator cores at {rate:g} requests/s, {mode}",
+                cores,
+                f"≤ {MAX_CORES:g}",
+                cores is not None and cores <= MAX_CORES,
+            )
+        )
+        open_cell = cells["open"]
+        scheduled = open_cell["num_scheduled"]
+        delivered = open_cell["num_ok"] / scheduled if scheduled else None
+        checks.append(
+            _check(
+                f"answered ÷ scheduled at {rate:g}/s, {mode}",
+                None if delivered is None else 100 * delivered,
+                f"≥ {100 * MIN_DELIVERED:g}%",
+                delivered is not None and delivered >= MIN_DELIVERED,
+                "%",
+                1,
+            )
+        )
+        ours, wrk = cells["closed"]["client_cpu_us_per_request"], cells.get("wrk", {})
+        theirs = wrk.get("client_cpu_us_per_request")
+        ratio = ours / theirs if ours is not None and theirs else None
+        checks.append(
+            _check(f"CPU per request, load generator ÷ wrk, {mode}", ratio, "info", None, "×")
+        )
+    return checks
+
+
+def versions(wrk: str | None) -> dict[str, str | None]:
+    from benchmarks.gateway_load import wrk_version
+    from benchmarks.report import package_versions
+
+    return {
+        **package_versions("titan", "uvloop", "uvicorn"),
+        "wrk": wrk_version(wrk) if wrk else None,
+    }
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Title → (header, rows): the same tables on the console and in the Markdown."""
+    settings = results["meta"]["settings"]
+    tables = {"Targets": targets_table(results["targets"], _num)}
+    header = [
+        "run",
+        "offered",
+        "answered/s",
+        "failed",
+        "client cores",
+        "client CPU µs/request",
+        "simulator cores",
+        "p50 ms",
+        "p99 ms",
+    ]
+    for mode in MODES:
+        rows = []
+        for run, cell in results["modes"][mode]["cells"].items():
+            offered = (
+                f"{settings['rate']:g}/s (Poisson)"
+                if run == "open"
+                else f"{settings['concurrency']} connections"
+            )
+            rows.append(
+                [
+                    RUN_LABELS[run],
+                    offered,
+                    f"**{_num(cell['rps'])}**",
+                    f"{cell['num_errors']:,}",
+                    f"**{_num(cell['client_cores'], 2)}**",
+                    _num(cell["client_cpu_us_per_request"], 1),
+                    _num(cell["server_cores"], 2),
+                    _num(cell["p50_ms"], 2),
+                    _num(cell["p99_ms"], 2),
+                ]
+            )
+        tables[mode.capitalize()] = (header, rows)
+    return tables
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    meta = results["meta"]
+    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    tables = report_tables(results)
+    lines = [SECTION_START, "## Load generator benchmark (`python -m benchmarks loadgen`)", ""]
+    if s["is_quick"]:
+        lines += [
+            "> **Quick variant** (`--quick`): short runs, a smoke run. Its numbers say "
+            "little about the targets.",
+            "",
+        ]
+    wrk = f", wrk {v['wrk']}" if v.get("wrk") else " (wrk not found: no baseline)"
+    profile = results["profile"]
+    lines += [
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
+        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
+        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
+        f"Python {v['python']}, titan {v['titan']}, uvloop {v['uvloop']}, uvicorn "
+        f"{v['uvicorn']}{wrk}.",
+        "",
+        "### Targets",
+        "",
+        *_table(*tables["Targets"]),
+        "",
+        "### Method",
+        "",
+        f"One simulated upstream (`titan simulate`: {1e3 * profile['ttft_s']:g} ms to the first "
+        f"token, {profile['output_tokens']} tokens, no gaps) in its own process. For whole "
+        "answers, then for streams (with `stream_options.include_usage`), after a "
+        f"{s['warmup_s']:g} s warm-up: the load generator behind `titan bench URL`, in the "
+        f"benchmark's process on uvloop, sends one chat body open-loop at {s['rate']:g} "
+        f"requests/s (Poisson arrivals) for {s['duration_s']:g} s; its cores = the process's "
+        "user + system CPU time over the run ÷ the run's wall time (every thread of the "
+        "process, the benchmark's status line included). Then, to compare its cost per request "
+        f"with a C client's, it runs closed-loop with {s['concurrency']} clients for "
+        f"{s['duration_s']:g} s, and so does wrk (one thread, {s['concurrency']} connections, "
+        "the same body; its CPU from RUSAGE_CHILDREN around its run). The simulator's cores "
+        "(/proc) show which side was busy: at full speed the two processes share the machine's "
+        "cores, so closed-loop requests/s are the pair's, not the client's alone. Latencies "
+        "are end to end (the generator's E2E, wrk's latency).",
+        "",
+    ]
+    for mode in MODES:
+        lines += [f"### {mode.capitalize()}", "", *_table(*tables[mode.capitalize()]), ""]
+    lines += ["Simulator: `" + results["simulator_command"] + "`", ""]
+    for mode in MODES:
+        command = results["modes"][mode].get("wrk_command")
+        if command:
+            lines += [f"wrk, {mode}: `{command}`", ""]
+    if json_name:
+        lines += [f"Raw numbers (every run's full summary): `{json_name}`.", ""]
+    return "\n".join([*lines, SECTION_END]) + "\n"
+
+
+def print_console(results: dict[str, Any], console: Any) -> None:
+    from titan.cli.tables import print_tables
+
+    print_tables(report_tables(results), console)

@@ -1,0 +1,240 @@
+"""The observability benchmark's report: per-cell summaries, targets, versions, its section of
+bench/RESULTS.md and the console tables."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from benchmarks import results_file
+from benchmarks.observability_bench import BENCHMARK, CONFIGS, MODES
+from benchmarks.report import targets_table
+
+SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
+MAX_COST = 0.05  # of the throughput: 1 − on ÷ off
+
+
+# ---- summaries, targets and versions --------------------------------------------------------
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per mode and configuration: requests/s per round and their median, the medians of the
+    rounds' p50 and p99; the ratio on ÷ off and the cost 1 − ratio."""
+    cells: dict[str, Any] = {}
+    for mode in MODES:
+        cell: dict[str, Any] = {}
+        for config in CONFIGS:
+            measured = [run["cells"][mode] for run in runs
+                        if run["config"] == config and mode in run["cells"]]  # fmt: skip
+            cell[config] = {
+                "rps_rounds": [m["rps"] for m in measured],
+                "rps": _median([m["rps"] for m in measured]),
+                "p50_ms": _median([m["p50_ms"] for m in measured]),
+                "p99_ms": _median([m["p99_ms"] for m in measured]),
+                "cpu_ms": _median([m.get("titan_cpu_ms_per_request") for m in measured]),
+                "num_ok": sum(m["num_ok"] for m in measured),
+                "num_errors": sum(m["num_errors"] for m in measured),
+            }
+        off, on = cell["off"]["rps"], cell["on"]["rps"]
+        cell["ratio"] = on / off if on is not None and off else None
+        cell["cost"] = None if cell["ratio"] is None else 1 - cell["ratio"]
+        cells[mode] = cell
+    return cells
+
+
+def _check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
+           digits: int = 0) -> dict[str, Any]:  # fmt: skip
+    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
+            "digits": digits}  # fmt: skip
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = []
+    for mode in MODES:
+        cost = results["cells"][mode]["cost"]
+        checks.append(_check(
+            f"throughput cost, {mode}: 1 − on/off", None if cost is None else 100 * cost,
+            f"≤ {100 * MAX_COST:g}%", cost is not None and cost <= MAX_COST, "%", 1,
+        ))  # fmt: skip
+    runs = results["runs"]
+    failed = sum(c["num_errors"] for run in runs for c in run["cells"].values())
+    checks.append(_check("failed requests (every run)", failed, "= 0", failed == 0))
+    on_runs = [run for run in runs if run["config"] == "on"]
+    batches = min((run["sink"]["batches"] for run in on_runs), default=0)
+    checks.append(_check("span batches received by the sink (each on run, fewest)", batches,
+                         "> 0", batches > 0))  # fmt: skip
+    lines = min((run["log"]["request_lines"] for run in on_runs), default=0)
+    checks.append(_check("request log lines written (each on run, fewest)", lines, "> 0",
+                         lines > 0))  # fmt: skip
+    return checks
+
+
+def versions(wrk: str | None) -> dict[str, str | None]:
+    from benchmarks.gateway_load import wrk_version
+    from benchmarks.report import package_versions
+
+    return {**package_versions("titan", "prometheus-client", "orjson", "uvicorn"),
+            "wrk": wrk_version(wrk) if wrk else None}  # fmt: skip
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}×"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _over(on: float | None, off: float | None) -> float | None:
+    return on / off if on is not None and off else None
+
+
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Title → (header, rows): the same tables on the console and in the Markdown."""
+    tables = {"Targets": targets_table(results["targets"], _num)}
+    concurrency = results["meta"]["settings"]["concurrency"]
+    for mode in MODES:
+        cell = results["cells"][mode]
+        rows = []
+        for config in CONFIGS:
+            c = cell[config]
+            rounds = ", ".join(_num(r) for r in c["rps_rounds"]) or "–"
+            rows.append([config, f"**{_num(c['rps'])}**", rounds, _num(c["p50_ms"], 1),
+                         _num(c["p99_ms"], 1), _num(c["cpu_ms"], 3), f"{c['num_ok']:,}",
+                         f"{c['num_errors']:,}"])  # fmt: skip
+        off, on = cell["off"], cell["on"]
+        rows.append(["on ÷ off", f"**{_ratio(cell['ratio'])}**", "–",
+                     *(_ratio(_over(on[key], off[key])) for key in ("p50_ms", "p99_ms", "cpu_ms")),
+                     "–", "–"])  # fmt: skip
+        tables[f"{mode.capitalize()}, concurrency {concurrency}"] = (
+            ["config", "requests/s (median)", "per round", "p50 ms", "p99 ms",
+             "Titan CPU ms per request", "answered", "failed"], rows)  # fmt: skip
+    rows = []
+    for run in results["runs"]:
+        if run["config"] != "on":
+            continue
+        sink, log, scrapes = run["sink"], run["log"], run["scrapes"] or {}
+        counted = run["metrics_requests"]
+        spans = sink.get("spans")
+        per_request = spans / counted if spans is not None and counted else None
+        rows.append([
+            str(run["round"]), f"{sink['batches']:,}", _num(spans), _num(per_request, 1),
+            _num(sink["bytes"] / 1024), _num(sink.get("cpu_s"), 2),
+            f"{log['request_lines']:,}", _num(counted),
+            f"{log['access_lines']:,}", _num(log["bytes"] / 2**20, 1),
+            f"{scrapes.get('scrapes', 0)} ({scrapes.get('failures', 0)} failed)",
+            _num(scrapes.get("max_ms"), 1),
+        ])  # fmt: skip
+    tables["What the on runs produced"] = (
+        ["round", "span batches", "spans", "spans per request", "KiB sent", "sink CPU s",
+         "request log lines",
+         "requests in /metrics", "access log lines", "log MiB", "/metrics scrapes",
+         "slowest scrape ms"], rows)  # fmt: skip
+    return tables
+
+
+def _yaml(data: Any) -> list[str]:
+    import yaml
+
+    return ["```yaml", yaml.safe_dump(data, sort_keys=False).rstrip("\n"), "```"]
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    meta = results["meta"]
+    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    tables = report_tables(results)
+    lines = [SECTION_START, "## Observability benchmark (`python -m benchmarks observability`)", ""]
+    if s["is_quick"]:
+        lines += ["> **Quick variant** (`--quick`): one short round of each configuration at "
+                  "low concurrency, a smoke run. Its numbers say nothing about the targets.",
+                  ""]  # fmt: skip
+    wrk = f", wrk {v['wrk']}" if v.get("wrk") else ""
+    generator = (
+        "wrk (one thread)" if meta["load_generator"] == "wrk"
+        else "the gateway benchmark's pure-Python client (wrk was not found; it shares the "
+        "cores with the servers)"
+    )  # fmt: skip
+    lines += [
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
+        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
+        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
+        f"Python {v['python']}, titan {v['titan']}, prometheus-client {v['prometheus-client']}, "
+        f"orjson {v['orjson']}, uvicorn {v['uvicorn']}{wrk}.", "",
+        "### Targets", "", *_table(*tables["Targets"]), "",
+        "### Setup", "",
+        "One simulated upstream (`titan simulate`, 20 ms to the answer, 16 output tokens; a "
+        "stream's chunks follow at once) and `titan serve` in front of it (one deployment, probes "
+        "and hedging off, state in memory), started afresh for each run on the same port in one "
+        "of two configurations. *off*: per-request metrics, request logs and tracing off, log "
+        "level warning (nothing is written per request). *on*: per-request metrics "
+        "(`request_metrics`), one JSON line per request on the `titan.requests` logger "
+        "(`log_requests`, which replaces uvicorn's access line) at log level info, into a log "
+        "file, "
+        f"and requests traced (`sample_ratio: {s['sample_ratio']:g}`: a span per step and per "
+        "upstream attempt of the sampled ones), exported in batches (OTLP/HTTP JSON, from "
+        "Titan's exporter thread) to a local sink (`python -m benchmarks.otlp_sink`, a "
+        "subprocess that answers 200 and counts "
+        f"batches and spans); `/metrics` is scraped every {s['scrape_interval_s']:g} s "
+        f"meanwhile, as Prometheus would. Runs alternate off, on ({s['rounds']} "
+        f"round{'s' if s['rounds'] != 1 else ''} of each); in each run, {s['concurrency']} "
+        f"closed-loop connections from {generator} post a non-streaming chat body, then a "
+        f"streaming one (`max_tokens: 16`), {s['warmup_s']:g} s of warm-up then "
+        f"{s['duration_s']:g} s measured per cell. Requests/s: answered requests per second of "
+        "the measured window; per cell, the median of the rounds (and of their p50 and p99). "
+        "Cost: 1 − on ÷ off of the medians. Titan CPU per request: the `titan serve` "
+        "process's user + system time over the measured window (/proc), per answered request; "
+        "where the load does not saturate Titan's core, it shows what the throughput cannot. "
+        "The sink and the scraper run on the same cores as Titan (their CPU is in the *on* "
+        "runs; a real collector would be elsewhere).", "",
+    ]  # fmt: skip
+    for mode in MODES:
+        title = next(t for t in tables if t.startswith(mode.capitalize()))
+        lines += [f"### {title}", "", *_table(*tables[title]), ""]
+    lines += [
+        "### What the on runs produced", "",
+        "Per *on* run: what the OTLP sink received (span batches, spans, bytes; after Titan's "
+        "graceful stop, which flushes the last spans), the request lines in Titan's log next to "
+        "the requests `/metrics` counted (`titan_requests_total`, read once after the load, "
+        "warm-ups included), uvicorn's access lines, the log's size, and the `/metrics` scrapes.",
+        "", *_table(*tables["What the on runs produced"]), "",
+        "### Commands and configs", "",
+        "Services (WORKSPACE: the run's temporary folder):", "",
+        *[f"- {name}: `{command}`" for name, command in results["service_commands"].items()], "",
+        "Load, per cell (the last run's):", "",
+    ]  # fmt: skip
+    last = results["runs"][-1]["commands"] if results["runs"] else {}
+    lines += [f"- {mode}: `{command}`" for mode, command in last.items()]
+    lines += ["", "Titan, *off*:", "", *_yaml(results["configs"].get("off")), "",
+              "Titan, *on*:", "", *_yaml(results["configs"].get("on")), ""]  # fmt: skip
+    if results.get("wrk_scripts"):
+        lines += [
+            'wrk script (non-streaming; the streaming one adds `"stream": true`):',
+            "",
+            "```lua",
+            results["wrk_scripts"]["non-streaming"].strip("\n"),
+            "```",
+            "",
+        ]
+    if json_name:
+        lines += [f"Raw numbers (every run's cells, sink and log counts): `{json_name}`.", ""]
+    return "\n".join([*lines, SECTION_END]) + "\n"
+
+
+def print_console(results: dict[str, Any], console: Any) -> None:
+    from titan.cli.tables import print_tables
+
+    print_tables(report_tables(results), console)

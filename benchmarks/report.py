@@ -1,0 +1,331 @@
+"""The engine benchmark's report: a rich table on the console, a Markdown section in
+bench/RESULTS.md (between markers, so other benchmarks' sections stay), the raw numbers as JSON."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks import results_file
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SECTION_START, SECTION_END = results_file.markers("engine")
+
+SYSTEM_LABELS = {
+    "titan": "Titan engine (continuous batching)",
+    "hf_sequential": "HF generate, one request at a time",
+    "hf_static_batch": "HF generate, static padded batches",
+}
+
+
+def write_section(path: Path, section: str) -> Path:
+    return results_file.write_section(path, section, "engine")
+
+
+def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
+    return results_file.json_path_for(out_dir, "engine", now)
+
+
+def write_json(path: Path, results: dict[str, Any]) -> Path:
+    import orjson
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def default_command() -> str:
+    """The command line that started this process, as one could type it again."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(load_average_before: float) -> dict[str, Any]:
+    return {
+        "cpu_model": _cpu_model(),
+        "num_cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_average_before": load_average_before,  # 1-minute load average
+        "load_average_after": os.getloadavg()[0],
+    }
+
+
+def package_version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def package_versions(*packages: str) -> dict[str, str]:
+    """Python's version and each installed package's, for a benchmark's record."""
+    return {"python": platform.python_version(), **{p: package_version(p) for p in packages}}
+
+
+def versions() -> dict[str, str]:
+    return package_versions("torch", "transformers", "titan")
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def _verdict(target: dict[str, Any]) -> str:
+    return "PASS" if target["passed"] else "MISS"
+
+
+def _target_text(target: dict[str, Any]) -> str:
+    sign = "≥" if target["comparison"] == ">=" else "≤"
+    return f"{sign} {target['target']:g}{target['unit']}"
+
+
+def _measured_text(target: dict[str, Any]) -> str:
+    return f"{target['value']:.2f}{target['unit']}"
+
+
+def _system_label(name: str, batch_size: int) -> str:
+    label = SYSTEM_LABELS.get(name, name)
+    return f"{label} of {batch_size}" if name == "hf_static_batch" else label
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _system_rows(results: dict[str, Any]) -> list[list[str]]:
+    batch_size = results["meta"]["settings"]["batch_size"]
+    return [
+        [
+            _system_label(name, batch_size),
+            f"{run['num_generated_tokens']}",
+            f"{run['wall_s']:.2f}",
+            f"{run['tokens_per_s']:.1f}",
+            f"{run['ttft_p50_s']:.2f}",
+            f"{run['ttft_p99_s']:.2f}",
+        ]
+        for name, run in results["systems"].items()
+    ]
+
+
+def _stream_rows(results: dict[str, Any]) -> list[list[str]]:
+    labels = {"titan": "Titan engine", "hf": "HF generate"}
+    return [
+        [
+            labels[name],
+            f"{run['num_prompt_tokens']}",
+            f"{run['num_generated_tokens']}",
+            f"{run['first_token_s']:.3f}",
+            f"{run['decode_tokens_per_s']:.1f}",
+        ]
+        for name, run in results["single_stream"].items()
+    ]
+
+
+def _target_rows(results: dict[str, Any]) -> list[list[str]]:
+    return [
+        [t["name"], _measured_text(t), _target_text(t), _verdict(t)] for t in results["targets"]
+    ]
+
+
+_SYSTEM_HEADER = ["system", "generated tokens", "wall (s)", "tokens/s", "TTFT p50 (s)", "p99 (s)"]
+_STREAM_HEADER = ["system", "prompt tokens", "new tokens", "TTFT (s)", "decode tokens/s"]
+_TARGET_HEADER = ["check", "measured", "target", "result"]
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    meta, workload, hol = results["meta"], results["workload"], results["head_of_line"]
+    settings, machine, versions = meta["settings"], meta["machine"], meta["versions"]
+    stats = results["titan_engine_stats"]
+    lines = [
+        SECTION_START,
+        "## Engine benchmark (`python -m benchmarks engine`)",
+        "",
+    ]
+    if settings["is_quick"]:
+        lines += [
+            "> **Quick variant** (`--quick`): a smoke run of every phase on a tiny workload. "
+            "Its numbers say nothing about the targets; run without `--quick` to measure.",
+            "",
+        ]
+    lines += [
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
+        f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores "
+        f"(1-minute load average {machine['load_average_before']:.2f} before, "
+        f"{machine['load_average_after']:.2f} after). "
+        f"Python {versions['python']}, torch {versions['torch']}, "
+        f"transformers {versions['transformers']}, titan {versions['titan']}. "
+        f"dtype **{meta['dtype']}** and **{meta['num_threads']}** torch threads for every system.",
+        "",
+        "### Method",
+        "",
+        f"The same {workload['num_requests']} chat requests for every system, built from seed "
+        f"{settings['seed']}: prompts of {settings['prompt_tokens'][0]}–"
+        f"{settings['prompt_tokens'][1]} tokens and max_tokens {settings['max_tokens'][0]}–"
+        f"{settings['max_tokens'][1]}, spread across those ranges "
+        f"({workload['num_prompt_tokens']} prompt tokens, "
+        f"{workload['num_generated_tokens']} tokens to generate in all), all arriving at t=0. "
+        "Greedy decoding with `ignore_eos` (HF: `min_new_tokens = max_new_tokens`), so every "
+        "system generates exactly max_tokens tokens per request. Same weights (the HF directory "
+        "Titan loads), same dtype, same torch thread count; each system is warmed up first. "
+        "Titan runs with its server defaults, prefix caching included: the requests share only "
+        "the chat template's header and instruction. "
+        "Titan: all requests added to the engine at once, `step()` until done. HF one at a time: "
+        "`generate` per request in arrival order, so a request's time to first token (TTFT) "
+        "includes its wait for the requests before it. HF static batches: left-padded batches "
+        f"of {settings['batch_size']} in arrival order, each running to its longest max_tokens "
+        "(tokens past a request's own max_tokens are not counted). TTFT is measured from t=0 to "
+        "the moment the first token exists (Titan: the step that produced it returns; HF: a "
+        "streamer notes it); tokens/s = generated tokens / wall time.",
+        "",
+        "### Targets",
+        "",
+        *_table(_TARGET_HEADER, _target_rows(results)),
+        "",
+        f"### {workload['num_requests']} requests arriving at once",
+        "",
+        *_table(_SYSTEM_HEADER, _system_rows(results)),
+        "",
+        f"Titan engine during the workload: {stats['num_steps']} steps, "
+        f"{stats['num_preemptions']} preemptions, {stats['num_cached_prompt_tokens']} prompt "
+        "tokens served from the prefix cache.",
+        "",
+        "### Single stream",
+        "",
+        "One request alone; decode tokens/s counts from its first token to its last (prefill "
+        "excluded).",
+        "",
+        *_table(_STREAM_HEADER, _stream_rows(results)),
+        "",
+        "### Head-of-line",
+        "",
+        f"{hol['num_streams']} running decodes (prompts of {hol['stream_prompt_tokens']} "
+        f"tokens, greedy, ignore_eos); once each has {hol['tokens_before_arrival']} tokens, a "
+        f"{hol['long_prompt_tokens']}-token prompt arrives. The streams' median inter-token gap "
+        f"while they decode alone: {hol['median_gap_s'] * 1000:.1f} ms. From the arrival to the "
+        f"long prompt's first token (computed in chunks between their decodes): median "
+        f"{hol['median_gap_during_s'] * 1000:.1f} ms, worst {hol['worst_gap_s'] * 1000:.1f} ms; "
+        f"worst / median **{_ratio(hol['worst_over_median'])}**. The long prompt's TTFT: "
+        f"{hol['long_prompt_ttft_s']:.2f} s ({hol['num_steps_to_first_token']} engine steps).",
+        "",
+        *_dtype_lines(results),
+        "### HTTP responsiveness under full load",
+        "",
+        _server_load_text(results["server_load"]),
+        "",
+    ]
+    if json_name:
+        lines += [f"Raw numbers: `{json_name}`.", ""]
+    lines.append(SECTION_END)
+    return "\n".join(lines) + "\n"
+
+
+def _dtype_lines(results: dict[str, Any]) -> list[str]:
+    other = results.get("titan_other_dtype")
+    if not other:
+        return []
+    chosen = results["systems"]["titan"]
+    return [
+        "### dtype",
+        "",
+        f"`--dtype auto` chose {results['meta']['dtype']}: {chosen['tokens_per_s']:.1f} tokens/s "
+        f"on the workload above, against {other['tokens_per_s']:.1f} in {other['dtype']} "
+        f"({chosen['tokens_per_s'] / other['tokens_per_s']:.2f}×; TTFT p50 "
+        f"{chosen['ttft_p50_s']:.2f} s against {other['ttft_p50_s']:.2f} s).",
+        "",
+    ]
+
+
+def _server_load_text(load: dict[str, Any]) -> str:
+    idle, busy = load["idle"], load["under_load"]
+    return (
+        f"`titan serve` in a subprocess; {load['num_streams']} streaming chat requests "
+        f"(max_tokens {load['max_tokens']}, ignore_eos) keep every engine slot busy for "
+        f"{load['load_s']:.1f} s while `GET /health` is probed every 20 ms from another thread. "
+        f"Idle server (baseline): p50 {idle['p50_ms']:.1f} ms, p99 {idle['p99_ms']:.1f} ms over "
+        f"{idle['num_probes']} probes. Under load: p50 {busy['p50_ms']:.1f} ms, p99 "
+        f"**{busy['p99_ms']:.1f} ms**, max {busy['max_ms']:.1f} ms over {busy['num_probes']} "
+        "probes."
+    )
+
+
+def print_console(results: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
+    meta = results["meta"]
+    console.print(
+        f"dtype {meta['dtype']}, {meta['num_threads']} torch threads, "
+        f"{meta['machine']['cpu_model']} ({meta['machine']['num_cores']} cores)"
+    )
+    systems = Table(title=f"{results['workload']['num_requests']} requests arriving at once")
+    for column in _SYSTEM_HEADER:
+        systems.add_column(column, justify="left" if column == "system" else "right")
+    for row in _system_rows(results):
+        systems.add_row(*row)
+    console.print(systems)
+
+    stream = Table(title="Single stream (decode excludes prefill)")
+    for column in _STREAM_HEADER:
+        stream.add_column(column, justify="left" if column == "system" else "right")
+    for row in _stream_rows(results):
+        stream.add_row(*row)
+    console.print(stream)
+
+    hol = results["head_of_line"]
+    console.print(
+        f"Head-of-line: {hol['num_streams']} decodes, a {hol['long_prompt_tokens']}-token prompt "
+        f"arrives: median gap alone {hol['median_gap_s'] * 1000:.1f} ms, worst during its "
+        f"prefill {hol['worst_gap_s'] * 1000:.1f} ms; long prompt TTFT "
+        f"{hol['long_prompt_ttft_s']:.2f} s"
+    )
+
+    console.print(_server_load_text(results["server_load"]).replace("`", "").replace("**", ""))
+
+    targets = Table(title="Targets")
+    for column in _TARGET_HEADER:
+        targets.add_column(column, justify="left" if column == "check" else "right")
+    for row in _target_rows(results):
+        style = "green" if row[-1] == "PASS" else "red"
+        targets.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
+    console.print(targets)
+
+
+def targets_table(
+    targets: list[dict[str, Any]], number: Callable[[float | None, int], str]
+) -> tuple[list[str], list[list[str]]]:
+    """The "Targets" table of a report: each check's measured value (``number`` formats it
+    with the check's digits), its target and PASS / FAIL / info."""
+    verdict = {True: "PASS", False: "FAIL", None: "info"}
+    rows = [
+        [t["name"], number(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
+         t["target"], verdict[t["passed"]]]
+        for t in targets
+    ]  # fmt: skip
+    return ["check", "measured", "target", "result"], rows
