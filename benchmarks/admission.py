@@ -26,6 +26,7 @@ from typing import Any
 from benchmarks import admission_load as load
 from benchmarks import gateway_load
 from benchmarks.gateway_systems import Workspace
+from benchmarks.results_file import markdown_table
 from titan.chaos import processes
 from titan.chaos.processes import Services, free_port, get_json
 
@@ -205,7 +206,7 @@ def _versions(redis_url: str | None) -> dict[str, str | None]:
 def run_admission_bench(
     settings: AdmissionSettings, command: str | None = None, progress: Progress = lambda m: None
 ) -> dict[str, Any]:
-    from benchmarks.report import default_command, machine_info
+    from benchmarks.results_file import default_command, machine_info
 
     load_average_before = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -239,7 +240,7 @@ def bench_admission(
     """Run both phases, then write the Markdown section into ``output`` and the raw numbers to
     ``output``'s folder / out / admission-<timestamp>.json."""
     from benchmarks import results_file
-    from benchmarks.report import display_path, write_json
+    from benchmarks.results_file import display_path, write_json
 
     results = run_admission_bench(settings, command=command, progress=progress)
     json_path = write_json(results_file.json_path_for(output.parent / "out", "admission"), results)
@@ -261,11 +262,6 @@ _REPLICAS_HEADER = ["replicas", "limit", "elapsed (s)", "requests", "admitted (p
 
 def _num(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
@@ -321,7 +317,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "",
         "### Targets",
         "",
-        *_table(*tables["Targets"]),
+        *markdown_table(*tables["Targets"]),
         "",
         "### Goodput under overload",
         "",
@@ -342,7 +338,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "late: no answer by the deadline (the client leaves, Titan cancels the upstream call). "
         "Latency percentiles are over successes; upstream peak queue: its FIFO's longest.",
         "",
-        *_table(*tables["Goodput under overload"]),
+        *markdown_table(*tables["Goodput under overload"]),
         "",
     ]
     if replicas is not None:
@@ -359,7 +355,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             f"{replicas['rpm']} + {replicas['rpm'] / 60:g}/s × the time from the first request "
             "to the last; admitted per replica from each one's `/metrics`.",
             "",
-            *_table(*tables["Two replicas, one limit"]),
+            *markdown_table(*tables["Two replicas, one limit"]),
             "",
         ]
     lines += ["### Commands and configs", ""]

@@ -334,7 +334,7 @@ def run_cache_bench(
     progress: Progress = lambda message: None,
 ) -> dict[str, Any]:
     from benchmarks.cache_report import targets, versions
-    from benchmarks.report import default_command, machine_info
+    from benchmarks.results_file import default_command, machine_info
 
     load_average_before = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -373,7 +373,7 @@ def bench_cache(
     ``embedder``: all-MiniLM-L6-v2 (loaded here) unless given (tests pass a fake)."""
     from benchmarks import results_file
     from benchmarks.cache_report import render_markdown
-    from benchmarks.report import display_path, write_json
+    from benchmarks.results_file import display_path, write_json
 
     if embedder is None:
         from titan.cache.embedder import Embedder

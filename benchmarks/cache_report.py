@@ -8,6 +8,7 @@ from typing import Any
 from benchmarks import results_file
 from benchmarks.cache_eval import BASELINE_THRESHOLD
 from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
+from benchmarks.results_file import markdown_table
 
 SECTION_START, SECTION_END = results_file.markers("cache")
 _POLICY_HEADER = ["policy", "threshold", "paraphrases hit", "false-hit rate", "precision",
@@ -28,11 +29,6 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _policies(evaluation: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -144,7 +140,7 @@ def render_markdown(
         "",
         "### Targets",
         "",
-        *_table(*tables["Targets"]),
+        *markdown_table(*tables["Targets"]),
         "",
         "### Semantic matching on the labeled pairs",
         "",
@@ -158,7 +154,7 @@ def render_markdown(
         + (f" (every {s['pair_stride']}th pair of each set)." if s["pair_stride"] > 1 else ".")
         + f" Titan at its configured threshold ({configured['threshold']:g}) on each set:",
         "",
-        *_table(*tables["Labeled sets"]),
+        *markdown_table(*tables["Labeled sets"]),
         "",
         f"On the held-out set ({evaluation['pairs']} pairs, {evaluation['should_hit']} "
         "paraphrases): the configured threshold; the threshold `cache_eval.choose_threshold` "
@@ -172,12 +168,12 @@ def render_markdown(
         + " Paraphrases hit = recall; false-hit rate = near misses served; precision = right "
         "answers among those served.",
         "",
-        *_table(*tables["Policies on the labeled pairs"]),
+        *markdown_table(*tables["Policies on the labeled pairs"]),
         "",
         "Each kind's pairs served from the cache: the hit rate for paraphrases, the false-hit "
         "rate for the near misses.",
         "",
-        *_table(*tables["Hit rate by kind"]),
+        *markdown_table(*tables["Hit rate by kind"]),
         "",
         f"At the configured threshold the guards turned away near misses that were close enough: "
         f"{_reasons(configured['refused_false_hits'])}; and paraphrases (hits lost): "
@@ -188,7 +184,7 @@ def render_markdown(
         lines += [f"![Precision/recall and rates by threshold]({png_link})", "",
                   f"Both policies' curves over thresholds 0.50–0.99: [`{png_link}`]({png_link}).",
                   ""]  # fmt: skip
-    lines += quality_lines(results, _table, traffic_png_link)
+    lines += quality_lines(results, markdown_table, traffic_png_link)
     if results["sizes"]:
         lines += _cost_lines(results, tables)
     if json_name:
@@ -213,7 +209,7 @@ def _cost_lines(results: dict[str, Any], tables: dict[str, Any]) -> list[str]:
         "guards. Outcomes: hit-semantic / hit-exact / miss. Rest = the lookup minus its "
         "embedding (exact probe, search, `get`, guards).",
         "",
-        *_table(*tables["Lookup latency (ms)"]),
+        *markdown_table(*tables["Lookup latency (ms)"]),
         "",
         "Guards' refusals during these lookups: "
         + "; ".join(f"{row['indexed_entries']:,}: {_reasons(row['latency']['guard_refusals'])}"
@@ -234,7 +230,7 @@ def _cost_lines(results: dict[str, Any], tables: dict[str, Any]) -> list[str]:
         "the pairs, in rounds whose entries are deleted after each (untimed), with false hits "
         "left out. Each exact hit replays an answer stored by the round's misses.",
         "",
-        *_table(*tables["Per-request overhead (ms)"]),
+        *markdown_table(*tables["Per-request overhead (ms)"]),
         "",
     ]  # fmt: skip
 
@@ -271,7 +267,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 def versions(embedder: Any) -> dict[str, Any]:
     import sys
 
-    from benchmarks.report import package_versions
+    from benchmarks.results_file import package_versions
 
     found: dict[str, Any] = package_versions(
         "titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",

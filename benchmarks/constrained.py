@@ -28,7 +28,7 @@ from typing import Any
 import jsonschema
 import openai
 
-from benchmarks.report import machine_info, package_versions
+from benchmarks.results_file import machine_info, package_versions
 from benchmarks.titan_server import start_titan, titan_environment
 from titan.chaos.processes import Services
 

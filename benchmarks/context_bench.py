@@ -350,7 +350,7 @@ def run_retrieval(settings: ContextBenchSettings, progress: Progress) -> dict[st
 def run_context_bench(settings: ContextBenchSettings, command: str | None = None,
                       progress: Progress = lambda m: None) -> dict[str, Any]:  # fmt: skip
     from benchmarks.context_report import summarize, targets
-    from benchmarks.report import default_command, machine_info, versions
+    from benchmarks.results_file import default_command, machine_info, versions
 
     load_before = os.getloadavg()[0]
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -371,7 +371,7 @@ def run_context_bench(settings: ContextBenchSettings, command: str | None = None
 def bench_context(settings: ContextBenchSettings, output: Path = DEFAULT_OUTPUT,
                   command: str | None = None, progress: Progress = lambda m: None):  # fmt: skip
     from benchmarks.context_report import render_markdown  # it imports this module
-    from benchmarks.report import display_path, write_json
+    from benchmarks.results_file import display_path, write_json
 
     results = run_context_bench(settings, command=command, progress=progress)
     json_path = write_json(results_file.json_path_for(output.parent / "out", "context"), results)

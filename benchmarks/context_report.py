@@ -9,7 +9,7 @@ from typing import Any
 
 from benchmarks import results_file
 from benchmarks.context_bench import MODES, TOPICS
-from benchmarks.report import targets_table
+from benchmarks.results_file import check, markdown_table, targets_table
 
 SECTION_START, SECTION_END = results_file.markers("context")
 
@@ -59,12 +59,6 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
-           digits: int = 0) -> dict[str, Any]:  # fmt: skip
-    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
-            "digits": digits}  # fmt: skip
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     conv = results["conversation"]
     window, summary = conv["window"], conv["summary"]
@@ -72,8 +66,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for mode in ("trimmed", "headroom"):
         served, biggest = summary[mode]["served"], summary[mode]["max_prompt_tokens"]
         checks += [
-            _check(f"{mode}: turns served", 100 * served, "= 100%", served == 1.0, "%"),
-            _check(f"{mode}: max prompt tokens", biggest, f"≤ {window}",
+            check(f"{mode}: turns served", 100 * served, "= 100%", served == 1.0, "%"),
+            check(f"{mode}: max prompt tokens", biggest, f"≤ {window}",
                    biggest is not None and biggest <= window),
         ]  # fmt: skip
     trimmed_ms = summary["trimmed"]["second_half_wall_ms_p50"]
@@ -81,8 +75,8 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     speedup = trimmed_ms / headroom_ms if trimmed_ms and headroom_ms else None
     return [
         *checks,
-        _check("naive: turns served (reported)", 100 * summary["naive"]["served"], "–", None, "%"),
-        _check("time per turn p50, 2nd half: trimmed ÷ headroom (reported)", speedup, "–", None,
+        check("naive: turns served (reported)", 100 * summary["naive"]["served"], "–", None, "%"),
+        check("time per turn p50, 2nd half: trimmed ÷ headroom (reported)", speedup, "–", None,
                "×", digits=2),
     ]  # fmt: skip
 
@@ -92,11 +86,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _num(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _decile_cells(row: dict[str, Any]) -> list[str]:
@@ -147,7 +136,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
         f"Python {v['python']}, titan {v['titan']}, torch {v['torch']}, transformers "
         f"{v['transformers']}.", "",
-        "### Targets", "", *_table(*tables["Targets"]), "",
+        "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Conversation", "",
         f"`titan serve` with the embedded model `{conv['model']}`, window {conv['window']} "
         f"tokens (`engine.max_model_len`), the exact cache off. One seeded conversation of "
@@ -171,7 +160,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"the window): trimmed {_num(summary['trimmed']['second_half_wall_ms_p50'])} ms, "
         f"headroom {_num(summary['headroom']['second_half_wall_ms_p50'])} ms. Naive: last "
         f"turn served {naive['last_served_turn']}, failures {naive['failures'] or 'none'}.", "",
-        *_table(*tables["Conversation, per decile of turns"]), "",
+        *markdown_table(*tables["Conversation, per decile of turns"]), "",
         "### Retrieval", "",
         f"A `VectorStores` on memory documents with the real embedder (all-MiniLM-L6-v2, CPU). "
         f"{len(TOPICS)} real text files (one per topic) embedded through `add_file` (static "
@@ -187,7 +176,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "cosine blended with BM25 over their words) and `none` (plain vector order). Time "
         "includes the query's embedding, the index search and reading the chunks; top hit "
         "from the right file: the first result comes from the query's topic file.", "",
-        *_table(*tables["Retrieval"]), "",
+        *markdown_table(*tables["Retrieval"]), "",
         "### Command and config", "", f"- titan: `{conv['command']}`",
         f"- titan (headroom): `{conv['headroom_command']}`, the same config (another port) "
         f"plus `context: {{trim_headroom: {s['trim_headroom']:g}}}`", "",

@@ -100,7 +100,7 @@ def bench_engine(
 ) -> BenchOutcome:
     """Run every phase, then write the Markdown section into ``output`` and the raw numbers to
     ``output``'s folder / out / engine-<timestamp>.json."""
-    from benchmarks import report
+    from benchmarks import engine_report as report
 
     results = run_engine_bench(settings, command=command, progress=progress)
     json_path = report.write_json(report.json_path_for(output.parent / "out"), results)
@@ -372,7 +372,7 @@ def _meta(
     num_threads: int,
     load_before: float,
 ) -> dict[str, Any]:
-    from benchmarks import report
+    from benchmarks import engine_report as report
 
     return {
         "command": command or report.default_command(),

@@ -43,7 +43,7 @@ def engine(
     ] = False,
 ) -> None:
     """Titan's engine vs HF transformers generate: throughput, TTFT, decode speed, head-of-line."""
-    from benchmarks import report
+    from benchmarks import engine_report as report
     from benchmarks.engine_bench import BenchSettings, bench_engine
     from titan.errors import TitanError
 

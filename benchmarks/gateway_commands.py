@@ -207,12 +207,10 @@ def jobs(
     """Async jobs: jobs/s from submit to result (SQLite, Redis) against a zero-latency model vs
     the direct pipeline, and interactive latency while a 10,000-request batch runs vs without."""
 
-    from benchmarks.jobs_bench import InProcess, JobsBenchSettings, bench_jobs
-    from benchmarks.jobs_report import print_console
+    from benchmarks.jobs_bench import JobsBenchSettings
+    from benchmarks.jobs_report import BENCHMARK
     from titan.chaos.processes import ServiceError
     from titan.errors import TitanError
-    from titan.service import build_pipeline
-    from titan.service.jobs import JobsService
 
     overrides: dict = {"redis_url": None if skip_redis else redis_url}
     if num_jobs is not None:
@@ -220,13 +218,7 @@ def jobs(
     if duration is not None:
         overrides["duration_s"] = duration
     settings = JobsBenchSettings.quick(**overrides) if quick else JobsBenchSettings(**overrides)
-    hooks = InProcess(build_pipeline=build_pipeline, jobs_of=JobsService.of)
-    run_bench(
-        "jobs",
-        lambda progress: bench_jobs(settings, hooks, output=output, progress=progress),
-        print_console,
-        (TitanError, ServiceError, RuntimeError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (TitanError, ServiceError, RuntimeError, OSError))
 
 
 def observability(
@@ -261,8 +253,8 @@ def observability(
 
     from rich.console import Console
 
-    from benchmarks.observability_bench import ObservabilitySettings, bench_observability
-    from benchmarks.observability_report import print_console
+    from benchmarks.observability_bench import ObservabilitySettings
+    from benchmarks.observability_report import BENCHMARK
     from titan.chaos.processes import ServiceError
 
     wrk_path = None if python_load else shutil.which(wrk)
@@ -277,13 +269,7 @@ def observability(
     console = Console(log_path=False)
     if wrk_path is None and not python_load:
         console.print(f"{wrk!r} not found: the pure-Python client makes the load.")
-    run_bench(
-        "observability",
-        lambda progress: bench_observability(settings, output=output, progress=progress),
-        print_console,
-        (ServiceError, RuntimeError, OSError),
-        console,
-    )
+    run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError), console)
 
 
 def loadgen(
@@ -301,17 +287,12 @@ def loadgen(
     wrk's at full speed."""
     import shutil
 
-    from benchmarks.loadgen_bench import LoadgenSettings, bench_loadgen
-    from benchmarks.loadgen_report import print_console
+    from benchmarks.loadgen_bench import LoadgenSettings
+    from benchmarks.loadgen_report import BENCHMARK
     from titan.chaos.processes import ServiceError
 
     overrides: dict[str, Any] = {"wrk": shutil.which(wrk), "rate": rate}
     if duration is not None:
         overrides["duration_s"] = duration
     settings = LoadgenSettings.quick(**overrides) if quick else LoadgenSettings(**overrides)
-    run_bench(
-        "loadgen",
-        lambda progress: bench_loadgen(settings, output=output, progress=progress),
-        print_console,
-        (ServiceError, RuntimeError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError))

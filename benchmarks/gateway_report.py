@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import results_file
-from benchmarks.report import default_command, display_path, machine_info, write_json
+from benchmarks.results_file import (
+    default_command,
+    display_path,
+    machine_info,
+    markdown_table,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,7 +43,7 @@ def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
 def versions(wrk: str | None, litellm: str | None) -> dict[str, str | None]:
     from benchmarks.gateway_load import wrk_version
     from benchmarks.gateway_systems import litellm_version
-    from benchmarks.report import package_versions
+    from benchmarks.results_file import package_versions
 
     return {
         **package_versions("titan", "aiohttp", "uvicorn"),
@@ -54,11 +60,6 @@ def _ms(value: float | None, signed: bool = False) -> str:
 
 def _mib(value: float | None) -> str:
     return "–" if value is None else f"{value:.0f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _errors(summary: dict[str, Any]) -> str:
@@ -179,7 +180,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     settings = results["meta"]["settings"]
     concurrencies = ", ".join(str(c) for c in settings["concurrencies"])
     lines = _header_lines(results)
-    lines += ["### Targets", "", *_table(_TARGET_HEADER, _target_rows(results)), ""]
+    lines += ["### Targets", "", *markdown_table(_TARGET_HEADER, _target_rows(results)), ""]
     lines += [
         "### Overhead",
         "",
@@ -194,7 +195,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "with probes and hedging off (nothing but the proxying is measured); LiteLLM with one "
         "worker.",
         "",
-        *_table(_OVERHEAD_HEADER, _overhead_rows(results)),
+        *markdown_table(_OVERHEAD_HEADER, _overhead_rows(results)),
         "",
     ]
     lines += _transients_lines(results)
@@ -262,7 +263,7 @@ def _transients_lines(results: dict[str, Any]) -> list[str]:
         "(reset, refused, timeout). Retried or hedged: answers for which Titan made more than "
         "one attempt (`x-titan-attempts`). Latency percentiles are over successful requests.",
         "",
-        *_table(_TRANSIENT_HEADER, _transient_rows(results)),
+        *markdown_table(_TRANSIENT_HEADER, _transient_rows(results)),
         "",
     ]
     for name, run in runs.items():

@@ -7,44 +7,29 @@ simulated model, in-process workers, the cache off; N jobs submitted through
 Baseline: the same requests through ``JobsService.execute`` (a job attempt's ClientRequest, then
 ``pipeline.complete``), as many at once as there are workers, no queue. (2) Interactive latency:
 ``titan serve`` under a closed-loop interactive load, alone (A), then while a batch runs (B).
-
-The pipeline comes in as arguments (``build_pipeline`` and ``JobsService.of``, passed by the CLI):
-the layout rules keep ``titan.bench`` from importing ``titan.service``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results_file
 from titan.loadgen.metrics import percentile
+from titan.service.jobs import JobsService
 from titan.storage.base import FINAL_JOB_STATES, Job
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 MODEL = "sim"
 TENANT = ""  # the tenant of every caller while auth is off
 CHAT_PATH = "/v1/chat/completions"
 COUNTS_POLL_S = 0.02  # how often the throughput phase reads queue.counts()
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class InProcess:
-    """What the throughput phase needs from ``titan.service``: ``build_pipeline`` (a
-    TitanConfig → Pipeline) and ``JobsService.of`` (a Pipeline → its JobsService)."""
-
-    build_pipeline: Callable[[Any], Any]
-    jobs_of: Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -77,13 +62,6 @@ class JobsBenchSettings:
     @property
     def modes(self) -> tuple[str, ...]:
         return ("sqlite", "redis") if self.redis_url else ("sqlite",)
-
-
-@dataclass(frozen=True)
-class JobsOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 def chat_body(text: str, max_tokens: int) -> dict[str, Any]:
@@ -145,13 +123,12 @@ def redis_server_version(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def started_pipeline(hooks: InProcess, mapping: dict[str, Any]) -> AsyncIterator[Any]:
+async def started_pipeline(mapping: dict[str, Any]) -> AsyncIterator[Any]:
     from titan.config import config_from_mapping
+    from titan.service import build_pipeline
 
     # environ={}: no TITAN_STORAGE (tests set memory://) overrides the storage chosen here.
-    pipeline = hooks.build_pipeline(
-        config_from_mapping(mapping, "python -m benchmarks jobs", environ={})
-    )
+    pipeline = build_pipeline(config_from_mapping(mapping, "python -m benchmarks jobs", environ={}))
     await pipeline.start()
     try:
         yield pipeline
@@ -168,13 +145,13 @@ def _direct_job(index: int, body: dict[str, Any]) -> Job:
     return Job(id=f"direct-{index}", tenant=TENANT, payload=payload, attempts=1)
 
 
-async def run_direct(hooks: InProcess, storage: str, settings: JobsBenchSettings) -> dict:
+async def run_direct(storage: str, settings: JobsBenchSettings) -> dict:
     """N requests through ``execute`` (no queue), ``workers`` at a time."""
     mapping = pipeline_config(storage, 0, settings.poll_s)
     bodies = _bodies("Direct question", settings.warmup + settings.jobs)
     errors: Counter[str] = Counter()
-    async with started_pipeline(hooks, mapping) as pipeline:
-        service = hooks.jobs_of(pipeline)
+    async with started_pipeline(mapping) as pipeline:
+        service = JobsService.of(pipeline)
 
         async def client(pending: Iterator[int]) -> None:
             for i in pending:
@@ -218,12 +195,12 @@ async def _until_finished(queue: Any, wanted: int, timeout_s: float, submitting=
             return counts  # type: ignore[no-any-return]
 
 
-async def run_queue(hooks: InProcess, storage: str, settings: JobsBenchSettings) -> dict:
+async def run_queue(storage: str, settings: JobsBenchSettings) -> dict:
     """N jobs submitted, timed until all are final; jobs that needed more than one attempt."""
     mapping = pipeline_config(storage, settings.workers, settings.poll_s)
     bodies = _bodies("Job question", settings.warmup + settings.jobs)
-    async with started_pipeline(hooks, mapping) as pipeline:
-        service = hooks.jobs_of(pipeline)
+    async with started_pipeline(mapping) as pipeline:
+        service = JobsService.of(pipeline)
         queue = service.queue
         await _submit_all(service, bodies[: settings.warmup], 1)
         before = await _until_finished(queue, settings.warmup, settings.timeout_s)
@@ -248,15 +225,15 @@ async def run_queue(hooks: InProcess, storage: str, settings: JobsBenchSettings)
     }  # fmt: skip
 
 
-async def _throughput(hooks: InProcess, settings: JobsBenchSettings, progress: Progress):
+async def _throughput(settings: JobsBenchSettings, progress: Progress):
     rows = []
     for mode in settings.modes:
         progress(f"throughput, {mode}: {settings.jobs} requests straight through the pipeline")
         with fresh_storage(mode, settings) as storage:
-            direct = await run_direct(hooks, storage, settings)
+            direct = await run_direct(storage, settings)
         progress(f"throughput, {mode}: {settings.jobs} jobs through the queue")
         with fresh_storage(mode, settings) as storage:
-            queued = await run_queue(hooks, storage, settings)
+            queued = await run_queue(storage, settings)
             server = redis_server_version(storage) if mode == "redis" else None
         rate = direct["requests_per_s"]
         rows.append({"mode": mode, "storage": storage if server else "sqlite:///TMP/titan.db",
@@ -265,10 +242,10 @@ async def _throughput(hooks: InProcess, settings: JobsBenchSettings, progress: P
     return rows
 
 
-def run_throughput(hooks: InProcess, settings: JobsBenchSettings, progress: Progress) -> dict:
+def run_throughput(settings: JobsBenchSettings, progress: Progress) -> dict:
     import sqlite3
 
-    modes = asyncio.run(_throughput(hooks, settings, progress))
+    modes = asyncio.run(_throughput(settings, progress))
     config = pipeline_config("<per mode>", settings.workers, settings.poll_s)
     return {"config": config, "modes": modes, "sqlite_library": sqlite3.sqlite_version}
 
@@ -373,8 +350,6 @@ async def _interactive(base_url: str, settings: JobsBenchSettings, progress: Pro
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
         last = await _batch_state(client, batch_id, since)
-    from benchmarks.jobs_report import summarize_batch
-
     batch = summarize_batch([*timeline, last], jobs=settings.batch_jobs, create_s=create_s)
     return {"alone": alone, "with_batch": loaded, "batch": {"id": batch_id, **batch}}
 
@@ -395,38 +370,31 @@ def run_interactive(settings: JobsBenchSettings, root: Path, progress: Progress)
     return {**measured, "config": shown, "command": command}
 
 
-# ---- the run -------------------------------------------------------------------------------
+# ---- the batch and the run --------------------------------------------------------------------
 
 
-def run_jobs_bench(settings: JobsBenchSettings, hooks: InProcess, command: str | None = None,
-                   progress: Progress = lambda m: None) -> dict[str, Any]:  # fmt: skip
-    from benchmarks.jobs_report import targets, versions
-    from benchmarks.report import default_command, machine_info
+def summarize_batch(timeline: list[dict[str, Any]], *, jobs: int, create_s: float) -> dict:
+    """The batch over phase B's window: ``timeline``'s states (``t_s``, status, request counts),
+    the first at the window's start, the last at its end."""
+    first, last = timeline[0], timeline[-1]
+    done = last["completed"] + last["failed"] - first["completed"] - first["failed"]
+    window_s = last["t_s"] - first["t_s"]
+    finished_at = next((s["t_s"] for s in timeline if s["status"] != "in_progress"), None)
+    finished_after_s = None if finished_at is None else finished_at - first["t_s"]
+    ran_s = window_s if finished_after_s is None else finished_after_s  # in the window
+    return {
+        "jobs": jobs, "create_s": create_s, "start": first, "end": last, "window_s": window_s,
+        "done_in_window": done, "jobs_per_s": done / ran_s if ran_s > 0 else None,
+        "still_running_at_end": last["status"] == "in_progress",
+        "finished_after_s": finished_after_s, "timeline": timeline,
+    }  # fmt: skip
 
-    load_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    throughput = run_throughput(hooks, settings, progress)
+
+def run(settings: JobsBenchSettings, progress: Progress) -> dict[str, Any]:
+    """Both phases; SQLite's library and Redis's server versions join the record."""
+    throughput = run_throughput(settings, progress)
     with tempfile.TemporaryDirectory(prefix="titan-jobs-bench-") as root:
         interactive = run_interactive(settings, Path(root), progress)
     redis_server = next((m["redis_server"] for m in throughput["modes"] if m["redis_server"]), None)
-    results = {
-        "meta": {"started_at": started_at, "command": command or default_command(),
-                 "settings": asdict(settings), "machine": machine_info(load_before),
-                 "versions": versions(throughput["sqlite_library"], redis_server)},
-        "throughput": throughput, "interactive": interactive,
-    }  # fmt: skip
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_jobs(settings: JobsBenchSettings, hooks: InProcess, output: Path = DEFAULT_OUTPUT,
-               command: str | None = None, progress: Progress = lambda m: None):  # fmt: skip
-    """Run both phases; the Markdown section into ``output``, the raw numbers to its folder's
-    out/jobs-<timestamp>.json."""
-    from benchmarks.jobs_report import render_markdown  # it imports this module
-    from benchmarks.report import display_path, write_json
-
-    results = run_jobs_bench(settings, hooks, command=command, progress=progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", "jobs"), results)
-    markdown = render_markdown(results, json_name=display_path(json_path))
-    return JobsOutcome(results, results_file.write_section(output, markdown, "jobs"), json_path)
+    versions = {"sqlite": throughput["sqlite_library"], "redis_server": redis_server or "not used"}
+    return {"meta": {"versions": versions}, "throughput": throughput, "interactive": interactive}

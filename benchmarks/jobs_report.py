@@ -5,23 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import results_file
+from benchmarks import jobs_bench, results_file
+from benchmarks.base import Benchmark
 from benchmarks.jobs_bench import MODEL
-from benchmarks.report import targets_table
+from benchmarks.results_file import check, markdown_table, targets_table
 
-SECTION_START, SECTION_END = results_file.markers("jobs")
+NAME = "jobs"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 MIN_SQLITE_JOBS_PER_S = 500.0
 MAX_P99_RATIO = 1.20
 _MODE_NAMES = {"sqlite": "SQLite", "redis": "Redis"}
 
 
-# ---- targets and versions ------------------------------------------------------------------
-
-
-def _check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
-           digits: int = 0) -> dict[str, Any]:  # fmt: skip
-    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
-            "digits": digits}  # fmt: skip
+# ---- targets ------------------------------------------------------------------------------
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -34,30 +30,13 @@ def latency_ratios(interactive: dict[str, Any]) -> dict[str, float | None]:
             "p99": _ratio(loaded["p99_ms"], alone["p99_ms"])}  # fmt: skip
 
 
-def summarize_batch(timeline: list[dict[str, Any]], *, jobs: int, create_s: float) -> dict:
-    """The batch over phase B's window: ``timeline``'s states (``t_s``, status, request counts),
-    the first at the window's start, the last at its end."""
-    first, last = timeline[0], timeline[-1]
-    done = last["completed"] + last["failed"] - first["completed"] - first["failed"]
-    window_s = last["t_s"] - first["t_s"]
-    finished_at = next((s["t_s"] for s in timeline if s["status"] != "in_progress"), None)
-    finished_after_s = None if finished_at is None else finished_at - first["t_s"]
-    ran_s = window_s if finished_after_s is None else finished_after_s  # in the window
-    return {
-        "jobs": jobs, "create_s": create_s, "start": first, "end": last, "window_s": window_s,
-        "done_in_window": done, "jobs_per_s": done / ran_s if ran_s > 0 else None,
-        "still_running_at_end": last["status"] == "in_progress",
-        "finished_after_s": finished_after_s, "timeline": timeline,
-    }  # fmt: skip
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     checks = []
     for row in results["throughput"]["modes"]:
         rate, name = row["queue"]["jobs_per_s"], _MODE_NAMES[row["mode"]]
         if row["mode"] == "sqlite":
             checks.append(
-                _check(
+                check(
                     "SQLite: jobs/s, submit to result",
                     rate,
                     f"≥ {MIN_SQLITE_JOBS_PER_S:g}",
@@ -65,30 +44,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 )
             )
         else:
-            checks.append(_check(f"{name}: jobs/s, submit to result (reported)", rate, "–", None))
+            checks.append(check(f"{name}: jobs/s, submit to result (reported)", rate, "–", None))
     unfinished = sum(row["queue"]["jobs"] + row["queue"]["warmup_jobs"]
                      - row["queue"]["counts"].get("succeeded", 0)
                      for row in results["throughput"]["modes"])  # fmt: skip
     retried = sum(row["queue"]["retried_jobs"] for row in results["throughput"]["modes"])
-    checks.append(_check("jobs not succeeded, or retried (every mode)", unfinished + retried,
+    checks.append(check("jobs not succeeded, or retried (every mode)", unfinished + retried,
                          "= 0", unfinished + retried == 0))  # fmt: skip
     ratios = latency_ratios(results["interactive"])
     p99 = ratios["p99"]
     checks += [
-        _check("interactive p99 with the batch running ÷ without", p99, f"≤ {MAX_P99_RATIO:.2f}",
+        check("interactive p99 with the batch running ÷ without", p99, f"≤ {MAX_P99_RATIO:.2f}",
                p99 is not None and p99 <= MAX_P99_RATIO, "×", 2),
-        _check("interactive p50 with the batch running ÷ without (reported)", ratios["p50"], "–",
+        check("interactive p50 with the batch running ÷ without (reported)", ratios["p50"], "–",
                None, "×", 2),
     ]  # fmt: skip
     return checks
-
-
-def versions(sqlite_library: str, redis_server: str | None) -> dict[str, str]:
-    from benchmarks.report import package_version, package_versions
-
-    return {**package_versions("titan"), "sqlite": sqlite_library,
-            "redis-py": package_version("redis"), "redis_server": redis_server or "not used",
-            "httpx": package_version("httpx"), "uvicorn": package_version("uvicorn")}  # fmt: skip
 
 
 # ---- the report ----------------------------------------------------------------------------
@@ -96,11 +67,6 @@ def versions(sqlite_library: str, redis_server: str | None) -> dict[str, str]:
 
 def _num(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _statuses(statuses: dict[Any, int]) -> str:
@@ -177,7 +143,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"Python {v['python']}, titan {v['titan']}, SQLite {v['sqlite']}, redis-py "
         f"{v['redis-py']}, Redis server {v['redis_server']}, httpx {v['httpx']}, uvicorn "
         f"{v['uvicorn']}.", "",
-        "### Targets", "", *_table(*tables["Targets"]), "",
+        "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Throughput: submit to result", "",
         f"In one process, per storage: a fresh pipeline (`build_pipeline`) whose model `{MODEL}` "
         "is the simulated backend with zero latency (`ttft_s: 0`, 4 output tokens), "
@@ -193,7 +159,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "requests (or jobs) on its pipeline. SQLite: a new file per run; Redis: an empty "
         "database claimed per run (`" + (redis_modes[0]["storage"] if redis_modes else "–")
         + "` last), its keys deleted after. Retried jobs: jobs with more than one attempt.", "",
-        *_table(*tables["Throughput (in-process, zero-latency model)"]), "",
+        *markdown_table(*tables["Throughput (in-process, zero-latency model)"]), "",
         "### Interactive latency while a batch runs", "",
         f"`titan serve` (a subprocess) with the simulated model `{MODEL}` (`ttft_s: "
         f"{s['ttft_s']:g}`, {s['output_tokens']} output tokens), SQLite storage, "
@@ -208,7 +174,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "per answered request; jobs done in the window: the batch's `request_counts` "
         "(completed + failed) at the window's end minus its start, per second of the window "
         f"while the batch ran (its status read every {s['batch_poll_s']:g} s).", "",
-        *_table(*tables["Interactive latency (titan serve)"]), "",
+        *markdown_table(*tables["Interactive latency (titan serve)"]), "",
         _batch_note(results), "",
         "### Commands and config", "",
         f"Interactive phase: `{inter['command']}` with this config:", "",
@@ -223,7 +189,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    jobs_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "redis", "httpx", "uvicorn"),
+)

@@ -35,7 +35,7 @@ from benchmarks.llamacpp_load import (
     run_one,
     titan_conversation,
 )
-from benchmarks.report import machine_info, package_versions
+from benchmarks.results_file import machine_info, package_versions
 from benchmarks.titan_server import start_titan, titan_environment
 from benchmarks.workload import BenchRequest, build_workload, chat_prompt
 from titan.chaos.processes import Services, stop

@@ -18,20 +18,16 @@ import resource
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import gateway_load as wrk_load
 from benchmarks import gateway_systems as systems
-from benchmarks import results_file
 from titan.chaos.processes import Service, Services, free_port
 from titan.loadgen import ClosedLoop, LoadTarget, OpenLoop, Workload, summarize
 from titan.loadgen.runner import LoadRun, run_load_sync
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
-BENCHMARK = "loadgen"
 MODES = ("non-streaming", "streaming")
 MAX_CORES = 1.0  # the target: the generator's own cores at the offered rate
 MIN_DELIVERED = 0.99  # answered ÷ scheduled at the offered rate
@@ -55,13 +51,6 @@ class LoadgenSettings:
     @classmethod
     def quick(cls, **overrides: Any) -> LoadgenSettings:
         return replace(cls(duration_s=3.0, warmup_s=0.5, is_quick=True), **overrides)
-
-
-@dataclass(frozen=True)
-class LoadgenOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 def simulator_profile(settings: LoadgenSettings) -> dict[str, Any]:
@@ -206,14 +195,8 @@ def run_mode(
     return {"cells": cells, "body": body, "wrk_command": command}
 
 
-def run_loadgen_bench(
-    settings: LoadgenSettings, command: str | None = None, progress: Progress = lambda m: None
-) -> dict[str, Any]:
-    from benchmarks.loadgen_report import targets, versions
-    from benchmarks.report import default_command, machine_info
-
-    load_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+def run(settings: LoadgenSettings, progress: Progress) -> dict[str, Any]:
+    """Both modes against one simulator; wrk's version joins the record."""
     modes: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="titan-loadgen-bench-") as root:
         workspace = systems.Workspace(Path(root))
@@ -225,35 +208,10 @@ def run_loadgen_bench(
             for mode in MODES:
                 modes[mode] = run_mode(settings, upstream, workspace, mode, progress)
             simulator_command = upstream.command.replace(root, "WORKSPACE")
-    results: dict[str, Any] = {
-        "meta": {
-            "started_at": started_at,
-            "command": command or default_command(),
-            "settings": asdict(settings),
-            "machine": machine_info(load_before),
-            "versions": versions(settings.wrk),
-        },
+    wrk = wrk_load.wrk_version(settings.wrk) if settings.wrk else None
+    return {
+        "meta": {"versions": {"wrk": wrk}},
         "profile": simulator_profile(settings),
         "simulator_command": simulator_command,
         "modes": modes,
     }
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_loadgen(
-    settings: LoadgenSettings,
-    output: Path = DEFAULT_OUTPUT,
-    command: str | None = None,
-    progress: Progress = lambda m: None,
-) -> LoadgenOutcome:
-    """Run it; the Markdown section into ``output``, the raw numbers to its folder's
-    out/loadgen-<timestamp>.json."""
-    from benchmarks.loadgen_report import render_markdown
-    from benchmarks.report import display_path, write_json
-
-    results = run_loadgen_bench(settings, command=command, progress=progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", BENCHMARK), results)
-    markdown = render_markdown(results, json_name=display_path(json_path))
-    path = results_file.write_section(output, markdown, BENCHMARK)
-    return LoadgenOutcome(results, path, json_path)

@@ -5,34 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import results_file
-from benchmarks.loadgen_bench import BENCHMARK, MAX_CORES, MIN_DELIVERED, MODES
-from benchmarks.report import targets_table
+from benchmarks import loadgen_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.loadgen_bench import MAX_CORES, MIN_DELIVERED, MODES
+from benchmarks.results_file import check, markdown_table, targets_table
 
-SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
+NAME = "loadgen"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 RUN_LABELS = {
     "open": "load generator, open loop",
     "closed": "load generator, closed loop",
     "wrk": "wrk (baseline), closed loop",
 }
-
-
-def _check(
-    name: str,
-    value: float | None,
-    target: str,
-    passed: bool | None,
-    unit: str = "",
-    digits: int = 2,
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "value": value,
-        "target": target,
-        "passed": passed,
-        "unit": unit,
-        "digits": digits,
-    }
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,18 +26,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         cells = results["modes"][mode]["cells"]
         cores = cells["open"]["client_cores"]
         checks.append(
-            _check(
+            check(
                 f"load generator cores at {rate:g} requests/s, {mode}",
                 cores,
                 f"≤ {MAX_CORES:g}",
                 cores is not None and cores <= MAX_CORES,
+                digits=2,
             )
         )
         open_cell = cells["open"]
         scheduled = open_cell["num_scheduled"]
         delivered = open_cell["num_ok"] / scheduled if scheduled else None
         checks.append(
-            _check(
+            check(
                 f"answered ÷ scheduled at {rate:g}/s, {mode}",
                 None if delivered is None else 100 * delivered,
                 f"≥ {100 * MIN_DELIVERED:g}%",
@@ -66,28 +51,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         theirs = wrk.get("client_cpu_us_per_request")
         ratio = ours / theirs if ours is not None and theirs else None
         checks.append(
-            _check(f"CPU per request, load generator ÷ wrk, {mode}", ratio, "info", None, "×")
+            check(f"CPU per request, load generator ÷ wrk, {mode}", ratio, "info", None, "×", 2)
         )
     return checks
 
 
-def versions(wrk: str | None) -> dict[str, str | None]:
-    from benchmarks.gateway_load import wrk_version
-    from benchmarks.report import package_versions
-
-    return {
-        **package_versions("titan", "uvloop", "uvicorn"),
-        "wrk": wrk_version(wrk) if wrk else None,
-    }
-
-
 def _num(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
@@ -152,7 +122,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "",
         "### Targets",
         "",
-        *_table(*tables["Targets"]),
+        *markdown_table(*tables["Targets"]),
         "",
         "### Method",
         "",
@@ -173,7 +143,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "",
     ]
     for mode in MODES:
-        lines += [f"### {mode.capitalize()}", "", *_table(*tables[mode.capitalize()]), ""]
+        lines += [f"### {mode.capitalize()}", "", *markdown_table(*tables[mode.capitalize()]), ""]
     lines += ["Simulator: `" + results["simulator_command"] + "`", ""]
     for mode in MODES:
         command = results["modes"][mode].get("wrk_command")
@@ -184,7 +154,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    loadgen_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "uvloop", "uvicorn"),
+)

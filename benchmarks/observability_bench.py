@@ -16,24 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import gateway_load as load
 from benchmarks import gateway_systems as systems
-from benchmarks import results_file
 from titan.chaos import processes
 from titan.chaos.processes import Service, Services, free_port, get_json, peak_rss_mib
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
-BENCHMARK = "observability"
 MODES = ("non-streaming", "streaming")
 CONFIGS = ("off", "on")
 SINK_START_TIMEOUT_S = 30.0
@@ -60,13 +57,6 @@ class ObservabilitySettings:
         settings = cls(duration_s=1.0, warmup_s=0.3, rounds=1, concurrency=8, timeout_s=10.0,
                        is_quick=True)  # fmt: skip
         return replace(settings, **overrides)
-
-
-@dataclass(frozen=True)
-class ObservabilityOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 # ---- configs --------------------------------------------------------------------------------
@@ -306,41 +296,41 @@ def run_rounds(settings: ObservabilitySettings, workspace: systems.Workspace, ap
     }
 
 
-def run_observability_bench(settings: ObservabilitySettings, command: str | None = None,
-                            progress: Progress = lambda m: None) -> dict[str, Any]:  # fmt: skip
-    from benchmarks.observability_report import summarize, targets, versions
-    from benchmarks.report import default_command, machine_info
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
-    load_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per mode and configuration: requests/s per round and their median, the medians of the
+    rounds' p50 and p99; the ratio on ÷ off and the cost 1 − ratio."""
+    cells: dict[str, Any] = {}
+    for mode in MODES:
+        cell: dict[str, Any] = {}
+        for config in CONFIGS:
+            measured = [run["cells"][mode] for run in runs
+                        if run["config"] == config and mode in run["cells"]]  # fmt: skip
+            cell[config] = {
+                "rps_rounds": [m["rps"] for m in measured],
+                "rps": _median([m["rps"] for m in measured]),
+                "p50_ms": _median([m["p50_ms"] for m in measured]),
+                "p99_ms": _median([m["p99_ms"] for m in measured]),
+                "cpu_ms": _median([m.get("titan_cpu_ms_per_request") for m in measured]),
+                "num_ok": sum(m["num_ok"] for m in measured),
+                "num_errors": sum(m["num_errors"] for m in measured),
+            }
+        off, on = cell["off"]["rps"], cell["on"]["rps"]
+        cell["ratio"] = on / off if on is not None and off else None
+        cell["cost"] = None if cell["ratio"] is None else 1 - cell["ratio"]
+        cells[mode] = cell
+    return cells
+
+
+def run(settings: ObservabilitySettings, progress: Progress) -> dict[str, Any]:
+    """The rounds, summarized per mode and configuration; wrk's version joins the record."""
     api_key = systems.new_api_key()  # Titan runs without auth; wrk sends one all the same
     with tempfile.TemporaryDirectory(prefix="titan-observability-bench-") as root:
         measured = run_rounds(settings, systems.Workspace(Path(root)), api_key, progress)
-    results = {
-        "meta": {"started_at": started_at, "command": command or default_command(),
-                 "settings": asdict(settings), "machine": machine_info(load_before),
-                 "versions": versions(settings.wrk),
-                 "load_generator": "wrk" if settings.wrk else "python"},
-        **measured,
-    }  # fmt: skip
-    results["cells"] = summarize(results["runs"])
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_observability(
-    settings: ObservabilitySettings,
-    output: Path = DEFAULT_OUTPUT,
-    command: str | None = None,
-    progress: Progress = lambda m: None,
-):
-    """Run the rounds; the Markdown section into ``output``, the raw numbers to its folder's
-    out/observability-<timestamp>.json."""
-    from benchmarks.observability_report import render_markdown
-    from benchmarks.report import display_path, write_json
-
-    results = run_observability_bench(settings, command=command, progress=progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", BENCHMARK), results)
-    markdown = render_markdown(results, json_name=display_path(json_path))
-    path = results_file.write_section(output, markdown, BENCHMARK)
-    return ObservabilityOutcome(results, path, json_path)
+    wrk = load.wrk_version(settings.wrk) if settings.wrk else None
+    meta = {"versions": {"wrk": wrk}, "load_generator": "wrk" if settings.wrk else "python"}
+    return {"meta": meta, **measured, "cells": summarize(measured["runs"])}

@@ -3,84 +3,40 @@ bench/RESULTS.md and the console tables."""
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
 from typing import Any
 
-from benchmarks import results_file
-from benchmarks.observability_bench import BENCHMARK, CONFIGS, MODES
-from benchmarks.report import targets_table
+from benchmarks import observability_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.observability_bench import CONFIGS, MODES
+from benchmarks.results_file import check, markdown_table, targets_table
 
-SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
+NAME = "observability"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 MAX_COST = 0.05  # of the throughput: 1 − on ÷ off
 
 
-# ---- summaries, targets and versions --------------------------------------------------------
-
-
-def _median(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
-def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per mode and configuration: requests/s per round and their median, the medians of the
-    rounds' p50 and p99; the ratio on ÷ off and the cost 1 − ratio."""
-    cells: dict[str, Any] = {}
-    for mode in MODES:
-        cell: dict[str, Any] = {}
-        for config in CONFIGS:
-            measured = [run["cells"][mode] for run in runs
-                        if run["config"] == config and mode in run["cells"]]  # fmt: skip
-            cell[config] = {
-                "rps_rounds": [m["rps"] for m in measured],
-                "rps": _median([m["rps"] for m in measured]),
-                "p50_ms": _median([m["p50_ms"] for m in measured]),
-                "p99_ms": _median([m["p99_ms"] for m in measured]),
-                "cpu_ms": _median([m.get("titan_cpu_ms_per_request") for m in measured]),
-                "num_ok": sum(m["num_ok"] for m in measured),
-                "num_errors": sum(m["num_errors"] for m in measured),
-            }
-        off, on = cell["off"]["rps"], cell["on"]["rps"]
-        cell["ratio"] = on / off if on is not None and off else None
-        cell["cost"] = None if cell["ratio"] is None else 1 - cell["ratio"]
-        cells[mode] = cell
-    return cells
-
-
-def _check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
-           digits: int = 0) -> dict[str, Any]:  # fmt: skip
-    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
-            "digits": digits}  # fmt: skip
+# ---- targets --------------------------------------------------------------------------------
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     checks = []
     for mode in MODES:
         cost = results["cells"][mode]["cost"]
-        checks.append(_check(
+        checks.append(check(
             f"throughput cost, {mode}: 1 − on/off", None if cost is None else 100 * cost,
             f"≤ {100 * MAX_COST:g}%", cost is not None and cost <= MAX_COST, "%", 1,
         ))  # fmt: skip
     runs = results["runs"]
     failed = sum(c["num_errors"] for run in runs for c in run["cells"].values())
-    checks.append(_check("failed requests (every run)", failed, "= 0", failed == 0))
+    checks.append(check("failed requests (every run)", failed, "= 0", failed == 0))
     on_runs = [run for run in runs if run["config"] == "on"]
     batches = min((run["sink"]["batches"] for run in on_runs), default=0)
-    checks.append(_check("span batches received by the sink (each on run, fewest)", batches,
+    checks.append(check("span batches received by the sink (each on run, fewest)", batches,
                          "> 0", batches > 0))  # fmt: skip
     lines = min((run["log"]["request_lines"] for run in on_runs), default=0)
-    checks.append(_check("request log lines written (each on run, fewest)", lines, "> 0",
+    checks.append(check("request log lines written (each on run, fewest)", lines, "> 0",
                          lines > 0))  # fmt: skip
     return checks
-
-
-def versions(wrk: str | None) -> dict[str, str | None]:
-    from benchmarks.gateway_load import wrk_version
-    from benchmarks.report import package_versions
-
-    return {**package_versions("titan", "prometheus-client", "orjson", "uvicorn"),
-            "wrk": wrk_version(wrk) if wrk else None}  # fmt: skip
 
 
 # ---- the report ----------------------------------------------------------------------------
@@ -92,11 +48,6 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 def _ratio(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}×"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _over(on: float | None, off: float | None) -> float | None:
@@ -174,7 +125,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
         f"Python {v['python']}, titan {v['titan']}, prometheus-client {v['prometheus-client']}, "
         f"orjson {v['orjson']}, uvicorn {v['uvicorn']}{wrk}.", "",
-        "### Targets", "", *_table(*tables["Targets"]), "",
+        "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Setup", "",
         "One simulated upstream (`titan simulate`, 20 ms to the answer, 16 output tokens; a "
         "stream's chunks follow at once) and `titan serve` in front of it (one deployment, probes "
@@ -203,14 +154,14 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     ]  # fmt: skip
     for mode in MODES:
         title = next(t for t in tables if t.startswith(mode.capitalize()))
-        lines += [f"### {title}", "", *_table(*tables[title]), ""]
+        lines += [f"### {title}", "", *markdown_table(*tables[title]), ""]
     lines += [
         "### What the on runs produced", "",
         "Per *on* run: what the OTLP sink received (span batches, spans, bytes; after Titan's "
         "graceful stop, which flushes the last spans), the request lines in Titan's log next to "
         "the requests `/metrics` counted (`titan_requests_total`, read once after the load, "
         "warm-ups included), uvicorn's access lines, the log's size, and the `/metrics` scrapes.",
-        "", *_table(*tables["What the on runs produced"]), "",
+        "", *markdown_table(*tables["What the on runs produced"]), "",
         "### Commands and configs", "",
         "Services (WORKSPACE: the run's temporary folder):", "",
         *[f"- {name}: `{command}`" for name, command in results["service_commands"].items()], "",
@@ -234,7 +185,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    observability_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "prometheus-client", "orjson", "uvicorn"),
+)

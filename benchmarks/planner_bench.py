@@ -96,7 +96,7 @@ def bench_planner(
 ) -> PlannerOutcome:
     """Run every phase; write the Markdown section into ``output`` and the raw numbers to
     ``output``'s folder / out / planner-<timestamp>.json."""
-    from benchmarks import planner_report, report, results_file
+    from benchmarks import planner_report, results_file
 
     results = run_planner_bench(settings, command=command, progress=progress)
     json_path = report.write_json(
@@ -148,7 +148,7 @@ def run_planner_bench(
     command: str | None = None,
     progress: Progress = lambda message: None,
 ) -> dict[str, Any]:
-    from benchmarks import report
+    from benchmarks import engine_report as report
     from titan.engine.config import EngineConfig
     from titan.engine.engine import Engine
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks import results_file
 from benchmarks.planner_bench import BENCHMARK, TOLERANCE
-from benchmarks.report import targets_table
+from benchmarks.results_file import markdown_table, targets_table
 from titan.cli.tables import print_tables
 
 SECTION_START, SECTION_END = results_file.markers(BENCHMARK)
@@ -41,11 +41,6 @@ def _ms(seconds: float) -> str:
 
 def _signed(error: float) -> str:
     return f"{100 * error:+.1f}%"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 _COMPARISON_HEADER = [
@@ -221,7 +216,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     for title, (header, rows) in report_tables(results).items():
         if title != "Targets":
             lines += [f"### {title}", ""]
-        lines += [*_table(header, rows), ""]
+        lines += [*markdown_table(header, rows), ""]
     lines += [
         "The after-the-fact table checks the mechanism and the machine: the median prefill "
         "chunk beside decodes, simulated and real (the chunk rule); each run's steps against "

@@ -1,10 +1,18 @@
 """bench/RESULTS.md holds one section per benchmark, each between its own markers; a run
-replaces its section and keeps the others. Raw numbers go to JSON files beside it."""
+replaces its section and keeps the others. Raw numbers go to JSON files beside it, with the
+machine and the versions they were measured with."""
 
 from __future__ import annotations
 
+import os
+import platform
+import shlex
+import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 RESULTS_TITLE = "# Benchmark results\n"
 
@@ -36,3 +44,82 @@ def write_section(path: Path, section: str, benchmark: str) -> Path:
 def json_path_for(out_dir: Path, benchmark: str, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return out_dir / f"{benchmark}-{stamp}.json"
+
+
+def write_json(path: Path, results: dict[str, Any]) -> Path:
+    import orjson
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def display_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def default_command() -> str:
+    """The command line that started this process, as one could type it again."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(load_average_before: float) -> dict[str, Any]:
+    return {
+        "cpu_model": _cpu_model(),
+        "num_cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "load_average_before": load_average_before,  # 1-minute load average
+        "load_average_after": os.getloadavg()[0],
+    }
+
+
+def package_version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def package_versions(*packages: str) -> dict[str, str]:
+    """Python's version and each installed package's, for a benchmark's record."""
+    return {"python": platform.python_version(), **{p: package_version(p) for p in packages}}
+
+
+def targets_table(
+    targets: list[dict[str, Any]], number: Callable[[float | None, int], str]
+) -> tuple[list[str], list[list[str]]]:
+    """The "Targets" table of a report: each check's measured value (``number`` formats it
+    with the check's digits), its target and PASS / FAIL / info."""
+    verdict = {True: "PASS", False: "FAIL", None: "info"}
+    rows = [
+        [t["name"], number(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
+         t["target"], verdict[t["passed"]]]
+        for t in targets
+    ]  # fmt: skip
+    return ["check", "measured", "target", "result"], rows
+
+
+def check(name: str, value: float | None, target: str, passed: bool | None, unit: str = "",
+          digits: int = 0) -> dict[str, Any]:  # fmt: skip
+    """One target of a report: ``passed`` None for a number shown for information."""
+    return {"name": name, "value": value, "target": target, "passed": passed, "unit": unit,
+            "digits": digits}  # fmt: skip
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]

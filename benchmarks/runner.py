@@ -3,11 +3,13 @@ its tables on the console, then where it wrote its section of bench/RESULTS.md a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from benchmarks.base import Benchmark, measure
+from benchmarks.results_file import display_path
 
 DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 
@@ -22,17 +24,17 @@ def fail(name: str, message: str) -> typer.Exit:
 
 
 def run_bench(
-    name: str,
-    run: Callable[[Callable[[str], None]], Any],
-    print_console: Callable[[dict[str, Any], Any], None],
+    benchmark: Benchmark,
+    settings: Any,
+    output: Path,
     errors: tuple[type[BaseException], ...],
     console: Any = None,
 ) -> None:
-    """Runs a benchmark with a live status line, prints its tables and where it wrote them;
+    """Runs ``benchmark`` with a live status line, prints its tables and where it wrote them;
     ``errors`` (a missing model, a service that would not start) end it with exit code 2."""
     from rich.console import Console
 
-    from benchmarks.report import display_path
+    from titan.cli.tables import print_tables
     from titan.errors import TitanError
 
     console = console or Console(log_path=False)
@@ -43,10 +45,11 @@ def run_bench(
                 console.log(message)
                 status.update(message)
 
-            outcome = run(progress)
+            outcome = measure(benchmark, settings, output, progress)
     except errors as exc:
-        raise fail(name, exc.message if isinstance(exc, TitanError) else str(exc)) from None
-    print_console(outcome.results, console)
-    written = [outcome.markdown_path, getattr(outcome, "png_path", None), outcome.json_path]
-    paths = [display_path(path) for path in written if path is not None]
-    console.print(f"Wrote {', '.join(paths[:-1])} and {paths[-1]}")
+        message = exc.message if isinstance(exc, TitanError) else str(exc)
+        raise fail(benchmark.name, message) from None
+    print_tables(benchmark.tables(outcome.results), console)
+    console.print(
+        f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
+    )

@@ -199,7 +199,7 @@ def bench_structured(
     output: Path,
     progress: Callable[[str], None] = lambda _: None,
 ) -> StructuredOutcome:
-    from benchmarks import report
+    from benchmarks import engine_report as report
     from benchmarks.structured_report import markdown_section
 
     results = run_structured_bench(settings, progress)

@@ -18,9 +18,9 @@ from benchmarks.admission import (
     bench_admission,
     targets,
 )
+from benchmarks.engine_report import SECTION_END as ENGINE_END
+from benchmarks.engine_report import SECTION_START as ENGINE_START
 from benchmarks.gateway_systems import Workspace
-from benchmarks.report import SECTION_END as ENGINE_END
-from benchmarks.report import SECTION_START as ENGINE_START
 from tests.redis_server import redis_server  # noqa: F401
 
 ENGINE_SECTION = (

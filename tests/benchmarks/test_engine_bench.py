@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from benchmarks.engine_bench import BenchSettings, bench_engine
-from benchmarks.report import SECTION_END, SECTION_START, write_section
+from benchmarks.engine_report import SECTION_END, SECTION_START, write_section
 from benchmarks.workload import build_workload
 from titan.loadgen.metrics import percentile
 

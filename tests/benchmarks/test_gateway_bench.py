@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from benchmarks import gateway_load as load
 from benchmarks.cli import build_app
+from benchmarks.engine_report import SECTION_END as ENGINE_END
+from benchmarks.engine_report import SECTION_START as ENGINE_START
 from benchmarks.gateway_bench import GatewaySettings, bench_gateway, targets
 from benchmarks.gateway_report import SECTION_END, SECTION_START, write_section
-from benchmarks.report import SECTION_END as ENGINE_END
-from benchmarks.report import SECTION_START as ENGINE_START
 
 ENGINE_SECTION = (
     f"# Benchmark results\n\n{ENGINE_START}\n## Engine\n\nkept as it is\n{ENGINE_END}\n"

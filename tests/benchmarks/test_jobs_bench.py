@@ -5,6 +5,7 @@ report, not to tests."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 
 import httpx
 import orjson
@@ -46,14 +47,14 @@ def fake_results(quick: bool = True, p99_with_batch: float = 33.0, early: bool =
     timeline = [state(0.1, 10), state(1.1, 200), state(5.1, 400)]
     if early:
         timeline = [state(0.1, 10), state(1.1, 500, "completed"), state(5.1, 500, "completed")]
-    batch = {"id": "batch_x", **jr.summarize_batch(timeline, jobs=500, create_s=0.05)}
+    batch = {"id": "batch_x", **jb.summarize_batch(timeline, jobs=500, create_s=0.05)}
     machine = {"cpu_model": "cpu", "num_cores": 2, "platform": "linux",
                "load_average_before": 0.1, "load_average_after": 0.2}  # fmt: skip
     versions = {"python": "3", "titan": "0", "sqlite": "3.45", "redis-py": "8", "httpx": "0.28",
                 "redis_server": "7.0", "uvicorn": "0.30"}  # fmt: skip
     results = {
         "meta": {"started_at": "now", "command": "python -m benchmarks jobs --quick",
-                 "settings": jb.asdict(settings), "machine": machine, "versions": versions},
+                 "settings": asdict(settings), "machine": machine, "versions": versions},
         "throughput": {"config": jb.pipeline_config("<per mode>", 32, 0.05),
                        "modes": [mode_row("sqlite", 1200.0), mode_row("redis", 850.0)],
                        "sqlite_library": "3.45"},
@@ -181,8 +182,10 @@ def test_markdown_section(tmp_path):
 def test_console_tables():
     from rich.console import Console
 
+    from titan.cli.tables import print_tables
+
     console = Console(record=True, width=200)
-    jr.print_console(fake_results(), console)
+    print_tables(jr.report_tables(fake_results()), console)
     text = console.export_text()
     assert "Throughput" in text and "Interactive latency" in text and "**" not in text
 

@@ -4,6 +4,7 @@ to end. No timing thresholds: the one-core target belongs to the report, not to 
 from __future__ import annotations
 
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
@@ -12,6 +13,7 @@ import pytest
 from benchmarks import loadgen_bench as lb
 from benchmarks import loadgen_report as lr
 from benchmarks import results_file
+from benchmarks.base import measure
 
 OTHER_START, OTHER_END = results_file.markers("jobs")
 OTHER = f"# Benchmark results\n\n{OTHER_START}\n## Jobs\n\nkept\n{OTHER_END}\n"
@@ -57,7 +59,7 @@ def fake_results(open_cores: float = 0.2, answered: int = 1000) -> dict:
         "meta": {
             "started_at": "now",
             "command": "python -m benchmarks loadgen --quick",
-            "settings": lb.asdict(settings),
+            "settings": asdict(settings),
             "machine": machine,
             "versions": {
                 "python": "3",
@@ -91,7 +93,7 @@ def test_markdown_section_replaces_only_its_own(tmp_path: Path):
     path = tmp_path / "RESULTS.md"
     path.write_text(OTHER)
     markdown = lr.render_markdown(fake_results(), json_name="out/loadgen.json")
-    results_file.write_section(path, markdown, lb.BENCHMARK)
+    results_file.write_section(path, markdown, lr.NAME)
     text = path.read_text()
     assert "kept" in text and text.count("<!-- loadgen-bench:start -->") == 1
     assert "| load generator cores at 1000 requests/s, streaming | 0.20 | ≤ 1 | PASS |" in text
@@ -105,9 +107,7 @@ def test_a_tiny_run_end_to_end(tmp_path: Path):
         duration_s=0.5, warmup_s=0.2, rate=200, wrk=shutil.which("wrk")
     )
     messages: list[str] = []
-    outcome = lb.bench_loadgen(
-        settings, output=tmp_path / "RESULTS.md", command="test", progress=messages.append
-    )
+    outcome = measure(lr.BENCHMARK, settings, tmp_path / "RESULTS.md", messages.append, "test")
     results = orjson.loads(outcome.json_path.read_bytes())
     for mode in lb.MODES:
         cells = results["modes"][mode]["cells"]

@@ -5,6 +5,7 @@ target belongs to the report, not to tests."""
 from __future__ import annotations
 
 import urllib.request
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
@@ -62,14 +63,14 @@ def fake_results(quick: bool = True, on_rps: float = 1_960.0, errors: int = 0) -
                for name in ob.CONFIGS}  # fmt: skip
     results = {
         "meta": {"started_at": "now", "command": "python -m benchmarks observability --quick",
-                 "settings": ob.asdict(settings), "machine": machine, "versions": versions,
+                 "settings": asdict(settings), "machine": machine, "versions": versions,
                  "load_generator": "python"},
         "runs": runs, "configs": configs,
         "service_commands": {"upstream": "titan simulate", "otlp_sink": "python -m sink",
                              "titan (off)": "titan serve --config WORKSPACE/off.yaml"},
         "profile": {}, "wrk_scripts": {}, "upstream_stats": {},
     }  # fmt: skip
-    results["cells"] = orp.summarize(runs)
+    results["cells"] = ob.summarize(runs)
     results["targets"] = orp.targets(results)
     return results
 
@@ -220,8 +221,10 @@ def test_markdown_section(tmp_path: Path):
 def test_console_tables():
     from rich.console import Console
 
+    from titan.cli.tables import print_tables
+
     console = Console(record=True, width=220)
-    orp.print_console(fake_results(), console)
+    print_tables(orp.report_tables(fake_results()), console)
     text = console.export_text()
     assert "Targets" in text and "Non-streaming" in text and "on runs" in text and "**" not in text
 

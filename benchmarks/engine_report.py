@@ -3,17 +3,12 @@ bench/RESULTS.md (between markers, so other benchmarks' sections stay), the raw 
 
 from __future__ import annotations
 
-import os
-import platform
-import shlex
-import sys
-from collections.abc import Callable
 from datetime import datetime
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import results_file
+from benchmarks.results_file import markdown_table, package_versions
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,59 +28,6 @@ def write_section(path: Path, section: str) -> Path:
 
 def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
     return results_file.json_path_for(out_dir, "engine", now)
-
-
-def write_json(path: Path, results: dict[str, Any]) -> Path:
-    import orjson
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    return path
-
-
-def display_path(path: Path) -> str:
-    """``path`` relative to the working directory when it lies below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def default_command() -> str:
-    """The command line that started this process, as one could type it again."""
-    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info(load_average_before: float) -> dict[str, Any]:
-    return {
-        "cpu_model": _cpu_model(),
-        "num_cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "load_average_before": load_average_before,  # 1-minute load average
-        "load_average_after": os.getloadavg()[0],
-    }
-
-
-def package_version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def package_versions(*packages: str) -> dict[str, str]:
-    """Python's version and each installed package's, for a benchmark's record."""
-    return {"python": platform.python_version(), **{p: package_version(p) for p in packages}}
 
 
 def versions() -> dict[str, str]:
@@ -112,12 +54,6 @@ def _measured_text(target: dict[str, Any]) -> str:
 def _system_label(name: str, batch_size: int) -> str:
     label = SYSTEM_LABELS.get(name, name)
     return f"{label} of {batch_size}" if name == "hf_static_batch" else label
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
 
 
 def _system_rows(results: dict[str, Any]) -> list[list[str]]:
@@ -207,11 +143,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "",
         "### Targets",
         "",
-        *_table(_TARGET_HEADER, _target_rows(results)),
+        *markdown_table(_TARGET_HEADER, _target_rows(results)),
         "",
         f"### {workload['num_requests']} requests arriving at once",
         "",
-        *_table(_SYSTEM_HEADER, _system_rows(results)),
+        *markdown_table(_SYSTEM_HEADER, _system_rows(results)),
         "",
         f"Titan engine during the workload: {stats['num_steps']} steps, "
         f"{stats['num_preemptions']} preemptions, {stats['num_cached_prompt_tokens']} prompt "
@@ -222,7 +158,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "One request alone; decode tokens/s counts from its first token to its last (prefill "
         "excluded).",
         "",
-        *_table(_STREAM_HEADER, _stream_rows(results)),
+        *markdown_table(_STREAM_HEADER, _stream_rows(results)),
         "",
         "### Head-of-line",
         "",
@@ -315,17 +251,3 @@ def print_console(results: dict[str, Any], console: Console) -> None:
         style = "green" if row[-1] == "PASS" else "red"
         targets.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
     console.print(targets)
-
-
-def targets_table(
-    targets: list[dict[str, Any]], number: Callable[[float | None, int], str]
-) -> tuple[list[str], list[list[str]]]:
-    """The "Targets" table of a report: each check's measured value (``number`` formats it
-    with the check's digits), its target and PASS / FAIL / info."""
-    verdict = {True: "PASS", False: "FAIL", None: "info"}
-    rows = [
-        [t["name"], number(t["value"], t["digits"]) + (t["unit"] if t["value"] is not None else ""),
-         t["target"], verdict[t["passed"]]]
-        for t in targets
-    ]  # fmt: skip
-    return ["check", "measured", "target", "result"], rows
