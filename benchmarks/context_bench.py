@@ -19,22 +19,19 @@ reranker and with ``ranker: "none"``.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
+import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results_file
 from titan.loadgen.metrics import percentile
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 INSTRUCTIONS = "You are a friendly assistant. Answer in one short sentence."
 TENANT = "bench-tenant"
 MODES = ("trimmed", "headroom", "naive")  # the conversation's three runs
@@ -98,13 +95,6 @@ class ContextBenchSettings:
         """A smoke run of every phase (the test's)."""
         settings = cls(turns=20, chunks=1_000, queries=20, warmup_queries=2, is_quick=True)
         return replace(settings, **overrides)
-
-
-@dataclass(frozen=True)
-class ContextOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 def user_turns(count: int, seed: int) -> list[str]:
@@ -347,34 +337,51 @@ def run_retrieval(settings: ContextBenchSettings, progress: Progress) -> dict[st
 # ---- the run -------------------------------------------------------------------------------
 
 
-def run_context_bench(settings: ContextBenchSettings, command: str | None = None,
-                      progress: Progress = lambda m: None) -> dict[str, Any]:  # fmt: skip
-    from benchmarks.context_report import summarize, targets
-    from benchmarks.results_file import default_command, machine_info, versions
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
 
-    load_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+
+def _served_ms_p50(records: Sequence[dict[str, Any]]) -> float | None:
+    return _median([1e3 * r["wall_s"] for r in records if r["status"] == 200])
+
+
+def deciles(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ten groups of consecutive turns: served share, medians of the served turns."""
+    size = max(1, -(-len(records) // 10))
+    rows = []
+    for start in range(0, len(records), size):
+        group = records[start : start + size]
+        served = [r for r in group if r["status"] == 200]
+        rows.append({
+            "turns": f"{start + 1}–{start + len(group)}",
+            "served": len(served) / len(group),
+            "prompt_tokens_p50": _median([r["prompt_tokens"] for r in served]),
+            "wall_ms_p50": _served_ms_p50(group),
+        })  # fmt: skip
+    return rows
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    served = [r for r in records if r["status"] == 200]
+    codes: dict[str, int] = {}
+    for r in records:
+        if r["status"] != 200:
+            codes[str(r["code"] or r["status"])] = codes.get(str(r["code"] or r["status"]), 0) + 1
+    return {
+        "served": len(served) / len(records) if records else 0.0,
+        "max_prompt_tokens": max((r["prompt_tokens"] for r in served), default=None),
+        "last_served_turn": max((i + 1 for i, r in enumerate(records) if r["status"] == 200),
+                                default=None),
+        "failures": codes,
+        # Once the history overflows the window: where trimming policies differ.
+        "second_half_wall_ms_p50": _served_ms_p50(records[len(records) // 2 :]),
+        "deciles": deciles(records),
+    }  # fmt: skip
+
+
+def run(settings: ContextBenchSettings, progress: Progress) -> dict[str, Any]:
+    """The conversation (summarized per mode), then retrieval."""
     with tempfile.TemporaryDirectory(prefix="titan-context-bench-") as root:
         conversation = run_conversation(settings, Path(root), progress)
     conversation["summary"] = {mode: summarize(conversation[mode]) for mode in MODES}
-    retrieval = run_retrieval(settings, progress)
-    results = {
-        "meta": {"started_at": started_at, "command": command or default_command(),
-                 "settings": asdict(settings), "machine": machine_info(load_before),
-                 "versions": versions()},
-        "conversation": conversation, "retrieval": retrieval,
-    }  # fmt: skip
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_context(settings: ContextBenchSettings, output: Path = DEFAULT_OUTPUT,
-                  command: str | None = None, progress: Progress = lambda m: None):  # fmt: skip
-    from benchmarks.context_report import render_markdown  # it imports this module
-    from benchmarks.results_file import display_path, write_json
-
-    results = run_context_bench(settings, command=command, progress=progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", "context"), results)
-    markdown = render_markdown(results, json_name=display_path(json_path))
-    return ContextOutcome(results, results_file.write_section(output, markdown, "context"),
-                          json_path)  # fmt: skip
+    return {"conversation": conversation, "retrieval": run_retrieval(settings, progress)}

@@ -3,60 +3,18 @@ bench/RESULTS.md and the console tables."""
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
 from typing import Any
 
-from benchmarks import results_file
+from benchmarks import context_bench, results_file
+from benchmarks.base import Benchmark
 from benchmarks.context_bench import MODES, TOPICS
 from benchmarks.results_file import check, markdown_table, targets_table
 
-SECTION_START, SECTION_END = results_file.markers("context")
+NAME = "context"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 
 
 # ---- summaries and targets -----------------------------------------------------------------
-
-
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _served_ms_p50(records: Sequence[dict[str, Any]]) -> float | None:
-    return _median([1e3 * r["wall_s"] for r in records if r["status"] == 200])
-
-
-def deciles(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Ten groups of consecutive turns: served share, medians of the served turns."""
-    size = max(1, -(-len(records) // 10))
-    rows = []
-    for start in range(0, len(records), size):
-        group = records[start : start + size]
-        served = [r for r in group if r["status"] == 200]
-        rows.append({
-            "turns": f"{start + 1}–{start + len(group)}",
-            "served": len(served) / len(group),
-            "prompt_tokens_p50": _median([r["prompt_tokens"] for r in served]),
-            "wall_ms_p50": _served_ms_p50(group),
-        })  # fmt: skip
-    return rows
-
-
-def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    served = [r for r in records if r["status"] == 200]
-    codes: dict[str, int] = {}
-    for r in records:
-        if r["status"] != 200:
-            codes[str(r["code"] or r["status"])] = codes.get(str(r["code"] or r["status"]), 0) + 1
-    return {
-        "served": len(served) / len(records) if records else 0.0,
-        "max_prompt_tokens": max((r["prompt_tokens"] for r in served), default=None),
-        "last_served_turn": max((i + 1 for i, r in enumerate(records) if r["status"] == 200),
-                                default=None),
-        "failures": codes,
-        # Once the history overflows the window: where trimming policies differ.
-        "second_half_wall_ms_p50": _served_ms_p50(records[len(records) // 2 :]),
-        "deciles": deciles(records),
-    }  # fmt: skip
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -187,7 +145,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    context_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("torch", "transformers", "titan"),
+)

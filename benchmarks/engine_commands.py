@@ -91,20 +91,15 @@ def planner(
 ) -> None:
     """The planner's simulator against the embedded engine: calibrate, then predict p50/p99
     TTFT at three held-back rates and measure them."""
-    from benchmarks.planner_bench import PlannerBenchSettings, bench_planner
-    from benchmarks.planner_report import print_console
+    from benchmarks.planner_bench import PlannerBenchSettings
+    from benchmarks.planner_report import BENCHMARK
     from titan.errors import TitanError
 
     overrides: dict[str, Any] = {"seed": seed, "num_threads": num_threads}
     settings = (
         PlannerBenchSettings.quick(**overrides) if quick else PlannerBenchSettings(**overrides)
     )
-    run_bench(
-        "planner",
-        lambda progress: bench_planner(settings, output=output, progress=progress),
-        print_console,
-        (RuntimeError, OSError, TitanError),
-    )
+    run_bench(BENCHMARK, settings, output, (RuntimeError, OSError, TitanError))
 
 
 def quality(output: OutputOption = DEFAULT_OUTPUT) -> None:

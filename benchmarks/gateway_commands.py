@@ -165,18 +165,13 @@ def context(
     trim_headroom 0.5) vs the naive full history (prompt tokens, time, turns served), and
     vector store search latency at 10k chunks, with and without reranking."""
 
-    from benchmarks.context_bench import ContextBenchSettings, bench_context
-    from benchmarks.context_report import print_console
+    from benchmarks.context_bench import ContextBenchSettings
+    from benchmarks.context_report import BENCHMARK
     from titan.chaos.processes import ServiceError
     from titan.errors import TitanError
 
     settings = ContextBenchSettings.quick() if quick else ContextBenchSettings()
-    run_bench(
-        "context",
-        lambda progress: bench_context(settings, output=output, progress=progress),
-        print_console,
-        (TitanError, ServiceError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (TitanError, ServiceError, OSError))
 
 
 def jobs(

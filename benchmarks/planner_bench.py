@@ -14,11 +14,8 @@ TTFT?
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from benchmarks import planner_runs as runs
@@ -28,9 +25,6 @@ from titan.planning.simulator import SchedulerSpec, SimResult, simulate
 from titan.planning.step_cost import LinearStepCost
 from titan.planning.traffic import Arrivals, LengthDistribution, TraceRequest, Traffic
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
-BENCHMARK = "planner"
-TOLERANCE = 0.25  # |predicted − measured| / measured, p50 and p99 TTFT
 STEADY_STATE_REQUESTS = 2000
 SLOW_STEP = 1.5  # a step this many times the fitted model's time: interference
 Progress = Callable[[str], None]
@@ -81,33 +75,6 @@ class PlannerBenchSettings:
         )
 
 
-@dataclass(frozen=True)
-class PlannerOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
-
-
-def bench_planner(
-    settings: PlannerBenchSettings,
-    output: Path = DEFAULT_OUTPUT,
-    command: str | None = None,
-    progress: Progress = lambda message: None,
-) -> PlannerOutcome:
-    """Run every phase; write the Markdown section into ``output`` and the raw numbers to
-    ``output``'s folder / out / planner-<timestamp>.json."""
-    from benchmarks import planner_report, results_file
-
-    results = run_planner_bench(settings, command=command, progress=progress)
-    json_path = report.write_json(
-        results_file.json_path_for(output.parent / "out", BENCHMARK), results
-    )
-    markdown = planner_report.render_markdown(results, report.display_path(json_path))
-    return PlannerOutcome(
-        results, results_file.write_section(output, markdown, BENCHMARK), json_path
-    )
-
-
 def _run_inputs(
     settings: PlannerBenchSettings, engine: Any, rate: float, num_requests: int, index: int
 ) -> tuple[list[TraceRequest], list[list[int]]]:
@@ -143,17 +110,11 @@ def _relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def run_planner_bench(
-    settings: PlannerBenchSettings,
-    command: str | None = None,
-    progress: Progress = lambda message: None,
-) -> dict[str, Any]:
-    from benchmarks import engine_report as report
+def run(settings: PlannerBenchSettings, progress: Progress) -> dict[str, Any]:
+    """Calibrate, then validate at the held-back rates; the engine's shape joins the record."""
     from titan.engine.config import EngineConfig
     from titan.engine.engine import Engine
 
-    started_at = datetime.now(UTC)
-    load_before = os.getloadavg()[0]
     config = EngineConfig(
         dtype=settings.dtype,
         num_threads=settings.num_threads,
@@ -168,12 +129,8 @@ def run_planner_bench(
     calibrated = _calibrate(engine, recorder, settings, progress)
     validation = _validate(engine, recorder, settings, calibrated, progress)
     fitted = calibrated.fitted
-    results = {
+    return {
         "meta": {
-            "benchmark": BENCHMARK,
-            "started_at": started_at.isoformat(timespec="seconds"),
-            "command": command or report.default_command(),
-            "settings": asdict(settings),
             "engine": {
                 "model": engine.model_name,
                 "dtype": str(engine.dtype).removeprefix("torch."),
@@ -184,8 +141,6 @@ def run_planner_bench(
                 "num_kv_blocks": engine.kv.num_total_blocks,
                 "block_size": config.block_size,
             },
-            "machine": report.machine_info(load_before),
-            "versions": report.versions(),
         },
         "calibration": {
             "cost": fitted.cost.to_dict(),
@@ -200,10 +155,6 @@ def run_planner_bench(
         },
         "validation": validation,
     }
-    from benchmarks.planner_report import targets
-
-    results["targets"] = targets(results)
-    return results
 
 
 @dataclass(frozen=True)

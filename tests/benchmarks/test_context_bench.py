@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 from typer.testing import CliRunner
 
 from benchmarks import context_bench as cb
 from benchmarks import context_report as cr
+from benchmarks import results_file
+from benchmarks.base import measure
 from benchmarks.cli import build_app
 
 
@@ -27,7 +31,7 @@ def fake_results(quick: bool = True) -> dict:
                     "headroom_config": {"a": 1, "context": {"trim_headroom": 0.5}},
                     "user_turns": [], "trimmed": trimmed, "naive": naive,
                     "headroom": headroom}  # fmt: skip
-    conversation["summary"] = {m: cr.summarize(conversation[m]) for m in cb.MODES}
+    conversation["summary"] = {m: cb.summarize(conversation[m]) for m in cb.MODES}
     search = {"queries": 20, "p50_ms": 1.0, "p99_ms": 2.0, "mean_ms": 1.2,
               "top_hit_right_file": 1.0}  # fmt: skip
     retrieval = {"chunks": 1000, "real_chunks": 18, "filler_chunks": 982, "index": "exact",
@@ -39,7 +43,7 @@ def fake_results(quick: bool = True) -> dict:
     versions = {"python": "3", "titan": "0", "torch": "2", "transformers": "5"}
     settings = cb.ContextBenchSettings.quick() if quick else cb.ContextBenchSettings()
     results = {"meta": {"started_at": "now", "command": "python -m benchmarks context",
-                        "settings": cb.asdict(settings), "machine": machine,
+                        "settings": asdict(settings), "machine": machine,
                         "versions": versions},
                "conversation": conversation, "retrieval": retrieval}  # fmt: skip
     results["targets"] = cr.targets(results)
@@ -97,14 +101,14 @@ def test_a_prompt_over_the_window_fails_its_target():
     results = fake_results()
     results["conversation"]["headroom"][-1]["prompt_tokens"] = 600
     summary = results["conversation"]["summary"]
-    summary["headroom"] = cr.summarize(results["conversation"]["headroom"])
+    summary["headroom"] = cb.summarize(results["conversation"]["headroom"])
     checks = {t["name"]: t["passed"] for t in cr.targets(results)}
     assert checks["headroom: max prompt tokens"] is False and checks["trimmed: max prompt tokens"]
 
 
 def test_markdown_section(tmp_path):
     markdown = cr.render_markdown(fake_results(), json_name="bench/out/context-x.json")
-    start, end = cb.results_file.markers("context")
+    start, end = results_file.markers("context")
     assert markdown.startswith(start) and markdown.rstrip().endswith(end)
     for needle in ("Quick variant", "python -m benchmarks context", "| 1–3 |", "PASS", "Retrieval",
                    "Index load (first search after a restart): 0.10 s", "context-x.json",
@@ -118,8 +122,8 @@ def test_markdown_section(tmp_path):
     path.write_text(
         "# Benchmark results\n\n<!-- cache-bench:start -->\nC\n<!-- cache-bench:end -->\n"
     )
-    cb.results_file.write_section(path, markdown, "context")
-    cb.results_file.write_section(path, markdown, "context")
+    results_file.write_section(path, markdown, "context")
+    results_file.write_section(path, markdown, "context")
     text = path.read_text()
     assert text.count(start) == 1 and "<!-- cache-bench:start -->" in text
 
@@ -133,7 +137,7 @@ def test_cli_registers_the_command():
 @pytest.mark.slow
 def test_quick_run_writes_the_section(tmp_path):
     settings = cb.ContextBenchSettings.quick(turns=6, window=512, chunks=300, queries=5)
-    outcome = cb.bench_context(settings, output=tmp_path / "RESULTS.md", command="test")
+    outcome = measure(cr.BENCHMARK, settings, tmp_path / "RESULTS.md", command="test")
     assert outcome.markdown_path.exists() and outcome.json_path.exists()
     conversation, retrieval = outcome.results["conversation"], outcome.results["retrieval"]
     assert len(conversation["trimmed"]) == len(conversation["headroom"]) == 6
