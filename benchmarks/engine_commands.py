@@ -65,17 +65,12 @@ def structured(
 ) -> None:
     """Constrained decoding: tokens/s with half of a 32-request batch JSON-schema constrained vs
     none, and schema compile time (first vs cached)."""
-    from benchmarks.structured_bench import StructuredBenchSettings, bench_structured
-    from benchmarks.structured_report import print_console
+    from benchmarks.structured_bench import StructuredBenchSettings
+    from benchmarks.structured_report import BENCHMARK
     from titan.errors import TitanError
 
     settings = StructuredBenchSettings.quick() if quick else StructuredBenchSettings()
-    run_bench(
-        "structured",
-        lambda progress: bench_structured(settings, output=output, progress=progress),
-        print_console,
-        (TitanError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (TitanError, OSError))
 
 
 def planner(

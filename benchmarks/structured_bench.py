@@ -10,13 +10,10 @@ and the schema compile time, first (a schema never seen) and cached.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from titan.engine.config import EngineConfig
@@ -59,13 +56,6 @@ class StructuredBenchSettings:
         return replace(
             cls(num_requests=4, max_tokens=24, num_rounds=1, num_compiles=2), **overrides
         )
-
-
-@dataclass
-class StructuredOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 def _prompts(engine: Engine, num_requests: int) -> list[list[int]]:
@@ -130,13 +120,10 @@ def time_compiles(engine: Engine, num_compiles: int) -> dict[str, float]:
     return {"first_ms": statistics.median(first), "cached_ms": statistics.median(cached)}
 
 
-def run_structured_bench(
-    settings: StructuredBenchSettings, progress: Callable[[str], None] = lambda _: None
-) -> dict[str, Any]:
-    import llguidance
+def run(settings: StructuredBenchSettings, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Compile times, then the rounds of both batches; their medians and the slowdown."""
     import torch
 
-    load_before = os.getloadavg()
     engine = Engine(EngineConfig(dtype=settings.dtype, num_threads=settings.num_threads))
     try:
         prompts = _prompts(engine, settings.num_requests)
@@ -167,17 +154,6 @@ def run_structured_bench(
         for mode in rounds
     }
     return {
-        "settings": asdict(settings),
-        "versions": {
-            "llguidance": llguidance.__version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_average_before": load_before,
-            "load_average_after": os.getloadavg(),
-        },
         "dtype": str(engine.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "tokenizer_setup_s": tokenizer_setup_s,
@@ -191,23 +167,3 @@ def run_structured_bench(
             for key in ("tokens_per_s", "full_batch_tokens_per_s")
         },
     }
-
-
-def bench_structured(
-    settings: StructuredBenchSettings,
-    *,
-    output: Path,
-    progress: Callable[[str], None] = lambda _: None,
-) -> StructuredOutcome:
-    from benchmarks import engine_report as report
-    from benchmarks.structured_report import markdown_section
-
-    results = run_structured_bench(settings, progress)
-    results["command"] = report.default_command()
-    markdown_path = report.results_file.write_section(
-        output, markdown_section(results), "structured"
-    )
-    json_path = report.write_json(
-        report.results_file.json_path_for(output.parent / "out", "structured"), results
-    )
-    return StructuredOutcome(results, markdown_path, json_path)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import results_file
+from benchmarks import results_file, structured_bench
+from benchmarks.base import Benchmark
+from benchmarks.results_file import markdown_table
+
+NAME = "structured"
 
 # The target: half the batch constrained costs at most this much throughput.
 TARGET_SLOWDOWN = 0.15
@@ -60,9 +64,10 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:+.1f} %"
 
 
-def markdown_section(results: dict[str, Any]) -> str:
-    start, end = results_file.markers("structured")
-    settings, machine = results["settings"], results["machine"]
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    start, end = results_file.markers(NAME)
+    meta = results["meta"]
+    settings, machine = meta["settings"], meta["machine"]
     slowdown = results["slowdown"]["full_batch_tokens_per_s"]
     verdict = (
         "–" if slowdown is None
@@ -72,33 +77,31 @@ def markdown_section(results: dict[str, Any]) -> str:
         start,
         "## Structured output (constrained decoding)",
         "",
-        f"Command: `{results.get('command', 'python -m benchmarks structured')}`. "
+        f"Command: `{meta['command']}`. "
         f"{settings['num_requests']} chat requests, max_tokens {settings['max_tokens']}, "
         f"temperature 0.8 seeded, ignore_eos; {settings['num_rounds']} rounds, medians. "
         f"dtype {results['dtype']}, {results['threads']} torch thread(s), "
-        f"{machine['cpus']} CPUs; versions: "
-        + ", ".join(f"{k} {v}" for k, v in results["versions"].items())
-        + f". Load average before/after: {_load(machine['load_average_before'])} / "
-        f"{_load(machine['load_average_after'])}.",
+        f"{machine['num_cores']} CPUs; versions: "
+        + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+        + f". Load average before/after: {machine['load_average_before']:.2f} / "
+        f"{machine['load_average_after']:.2f}.",
         "",
         f"Target: half the batch constrained at most {TARGET_SLOWDOWN:.0%} slower "
         f"(full-batch decode): **{verdict}**.",
         "",
     ]
     for title, (header, rows) in report_tables(results).items():
-        lines += [f"**{title}**", "", "| " + " | ".join(header) + " |",
-                  "|" + " --- |" * len(header)]  # fmt: skip
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        lines.append("")
+        lines += [f"**{title}**", "", *markdown_table(header, rows), ""]
+    if json_name:
+        lines += [f"Raw numbers: `{json_name}`.", ""]
     lines += [LIBRARY_CHOICE, end]
     return "\n".join(lines)
 
 
-def _load(values: Any) -> str:
-    return "/".join(f"{v:.2f}" for v in values)
-
-
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    structured_bench.run,
+    render_markdown,
+    report_tables,
+    packages=("titan", "torch", "llguidance"),
+)

@@ -9,7 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from benchmarks.structured_bench import StructuredBenchSettings, bench_structured
+from benchmarks.base import measure
+from benchmarks.structured_bench import StructuredBenchSettings
+from benchmarks.structured_report import BENCHMARK
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +26,7 @@ OTHER_SECTION = (
 def test_quick_run_measures_both_batches_and_writes_its_section(tmp_path: Path):
     output = tmp_path / "RESULTS.md"
     output.write_text(OTHER_SECTION)
-    outcome = bench_structured(StructuredBenchSettings.quick(dtype="float32"), output=output)
+    outcome = measure(BENCHMARK, StructuredBenchSettings.quick(dtype="float32"), output)
     results = outcome.results
     for mode in ("none", "half"):
         (batch,) = results["rounds"][mode]
