@@ -13,24 +13,22 @@ fast as it can; the admitted count against the token bucket's arithmetic.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import admission_load as load
 from benchmarks import gateway_load
+from benchmarks.base import Benchmark
 from benchmarks.gateway_systems import Workspace
 from benchmarks.results_file import markdown_table
 from titan.chaos import processes
 from titan.chaos.processes import Services, free_port, get_json
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 MODEL = "sim"
 Progress = Callable[[str], None]
 
@@ -70,13 +68,6 @@ class AdmissionSettings:
         if self.max_queue is not None:
             return self.max_queue
         return max(1, round(self.slots * (self.deadline_s / 2) / self.latency_s))
-
-
-@dataclass(frozen=True)
-class AdmissionOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
 
 
 def titan_config(settings: AdmissionSettings, port: int, upstream_url: str, *, admission: bool):
@@ -203,50 +194,17 @@ def _versions(redis_url: str | None) -> dict[str, str | None]:
     return {**known, "redis": metadata.version("redis"), "redis_server": server}
 
 
-def run_admission_bench(
-    settings: AdmissionSettings, command: str | None = None, progress: Progress = lambda m: None
-) -> dict[str, Any]:
-    from benchmarks.results_file import default_command, machine_info
-
-    load_average_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    versions = _versions(settings.redis_url)
+def run(settings: AdmissionSettings, progress: Progress) -> dict[str, Any]:
+    """Both phases (replicas only with a Redis); Redis's versions and the derived capacity and
+    queue size join the record."""
+    versions = _versions(settings.redis_url)  # first: a missing Redis fails the run at once
     with tempfile.TemporaryDirectory(prefix="titan-admission-bench-") as root:
         workspace = Workspace(Path(root))
         goodput = run_goodput(settings, workspace, progress)
         replicas = load.run_replicas(settings, workspace, progress) if settings.redis_url else None
-    results = {
-        "meta": {
-            "started_at": started_at,
-            "command": command or default_command(),
-            "settings": {**asdict(settings), "capacity_rps": settings.capacity_rps,
-                         "queue_size": settings.queue_size},
-            "machine": machine_info(load_average_before),
-            "versions": versions,
-        },
-        "goodput": goodput,
-        "replicas": replicas,
-    }  # fmt: skip
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_admission(
-    settings: AdmissionSettings,
-    output: Path = DEFAULT_OUTPUT,
-    command: str | None = None,
-    progress: Progress = lambda message: None,
-) -> AdmissionOutcome:
-    """Run both phases, then write the Markdown section into ``output`` and the raw numbers to
-    ``output``'s folder / out / admission-<timestamp>.json."""
-    from benchmarks import results_file
-    from benchmarks.results_file import display_path, write_json
-
-    results = run_admission_bench(settings, command=command, progress=progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", "admission"), results)
-    markdown = render_markdown(results, json_name=display_path(json_path))
-    return AdmissionOutcome(results, results_file.write_section(output, markdown, "admission"),
-                            json_path)  # fmt: skip
+    derived = {"capacity_rps": settings.capacity_rps, "queue_size": settings.queue_size}
+    meta = {"settings": derived, "versions": versions}
+    return {"meta": meta, "goodput": goodput, "replicas": replicas}
 
 
 # ---- the report --------------------------------------------------------------------------
@@ -373,17 +331,4 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-_SHORT = ["adm.", "load", "offered", "goodput", "p50", "p99", "refused", "ref. p99", "dropped",
-          "late", "errors", "up. queue"]  # fmt: skip
-
-
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from rich.table import Table
-
-    for title, (header, rows) in report_tables(results).items():
-        table = Table(title=title + (" (ms)" if header is _GOODPUT_HEADER else ""))
-        for column in _SHORT if header is _GOODPUT_HEADER else header:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(cell.replace("**", "") for cell in row))
-        console.print(table)
+BENCHMARK = Benchmark("admission", run, render_markdown, report_tables, targets)

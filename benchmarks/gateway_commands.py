@@ -105,7 +105,7 @@ def admission(
 ) -> None:
     """Admission control: goodput under overload (on vs off), and a limit shared by 2 replicas."""
 
-    from benchmarks.admission import AdmissionSettings, bench_admission, print_console
+    from benchmarks.admission import BENCHMARK, AdmissionSettings
     from titan.chaos.processes import ServiceError
 
     overrides: dict = {"redis_url": None if skip_replicas else redis_url}
@@ -114,12 +114,7 @@ def admission(
     if max_queue is not None:
         overrides["max_queue"] = max_queue
     settings = AdmissionSettings.quick(**overrides) if quick else AdmissionSettings(**overrides)
-    run_bench(
-        "admission",
-        lambda progress: bench_admission(settings, output=output, progress=progress),
-        print_console,
-        (ServiceError, RuntimeError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError))
 
 
 def cache(

@@ -12,12 +12,13 @@ import pytest
 
 from benchmarks import admission_load as load
 from benchmarks.admission import (
+    BENCHMARK,
     SECTION_END,
     SECTION_START,
     AdmissionSettings,
-    bench_admission,
     targets,
 )
+from benchmarks.base import measure
 from benchmarks.engine_report import SECTION_END as ENGINE_END
 from benchmarks.engine_report import SECTION_START as ENGINE_START
 from benchmarks.gateway_systems import Workspace
@@ -160,7 +161,7 @@ def test_quick_goodput_phase_writes_its_section(tmp_path: Path):
     output.write_text(ENGINE_SECTION)
     settings = AdmissionSettings.quick(redis_url=None, duration_s=1.0)
 
-    outcome = bench_admission(settings, output=output, command="pytest quick admission bench")
+    outcome = measure(BENCHMARK, settings, output, command="pytest quick admission bench")
 
     text = output.read_text()
     assert text.startswith(ENGINE_SECTION.rstrip("\n"))
