@@ -175,12 +175,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-def _versions(redis_url: str | None) -> dict[str, str | None]:
-    from importlib import metadata
-
-    from benchmarks.gateway_report import versions
-
-    known = {k: v for k, v in versions(None, None).items() if k not in ("litellm", "wrk")}
+def _redis_server(redis_url: str | None) -> str | None:
     server = None
     if redis_url:
         import redis
@@ -191,19 +186,19 @@ def _versions(redis_url: str | None) -> dict[str, str | None]:
                 server = str(client.info("server").get("redis_version"))
         except redis.RedisError as exc:
             raise RuntimeError(f"{redis_url}: {exc} (--skip-replicas runs without)") from None
-    return {**known, "redis": metadata.version("redis"), "redis_server": server}
+    return server
 
 
 def run(settings: AdmissionSettings, progress: Progress) -> dict[str, Any]:
     """Both phases (replicas only with a Redis); Redis's versions and the derived capacity and
     queue size join the record."""
-    versions = _versions(settings.redis_url)  # first: a missing Redis fails the run at once
+    server = _redis_server(settings.redis_url)  # first: a missing Redis fails the run at once
     with tempfile.TemporaryDirectory(prefix="titan-admission-bench-") as root:
         workspace = Workspace(Path(root))
         goodput = run_goodput(settings, workspace, progress)
         replicas = load.run_replicas(settings, workspace, progress) if settings.redis_url else None
     derived = {"capacity_rps": settings.capacity_rps, "queue_size": settings.queue_size}
-    meta = {"settings": derived, "versions": versions}
+    meta = {"settings": derived, "versions": {"redis_server": server}}
     return {"meta": meta, "goodput": goodput, "replicas": replicas}
 
 
@@ -331,4 +326,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     return "\n".join([*lines, SECTION_END]) + "\n"
 
 
-BENCHMARK = Benchmark("admission", run, render_markdown, report_tables, targets)
+BENCHMARK = Benchmark(
+    "admission",
+    run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "aiohttp", "uvicorn", "redis"),
+)

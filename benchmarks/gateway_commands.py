@@ -42,8 +42,8 @@ def gateway(
 
     from rich.console import Console
 
-    from benchmarks import gateway_report
-    from benchmarks.gateway_bench import GatewaySettings, bench_gateway
+    from benchmarks.gateway_bench import GatewaySettings
+    from benchmarks.gateway_report import BENCHMARK
     from benchmarks.gateway_systems import default_litellm
     from titan.chaos.processes import ServiceError
 
@@ -66,13 +66,7 @@ def gateway(
     console = Console(log_path=False)
     if litellm_path is None:
         console.print("LiteLLM not found: its runs are skipped (--litellm PATH to add them).")
-    run_bench(
-        "gateway",
-        lambda progress: bench_gateway(settings, output=output, progress=progress),
-        gateway_report.print_console,
-        (ServiceError,),
-        console,
-    )
+    run_bench(BENCHMARK, settings, output, (ServiceError,), console)
 
 
 def admission(

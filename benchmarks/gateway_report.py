@@ -4,25 +4,14 @@ as JSON in bench/out/."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from benchmarks import results_file
-from benchmarks.results_file import (
-    default_command,
-    display_path,
-    machine_info,
-    markdown_table,
-    write_json,
-)
+from benchmarks import gateway_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.results_file import markdown_table
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-__all__ = ["default_command", "display_path", "machine_info", "write_json"]
-
-SECTION_START, SECTION_END = results_file.markers("gateway")
+NAME = "gateway"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 SYSTEM_LABELS = {"direct": "direct", "titan": "Titan", "litellm": "LiteLLM"}
 TRANSIENT_LABELS = {
     "direct": "direct, round robin",
@@ -30,26 +19,6 @@ TRANSIENT_LABELS = {
     "titan": "Titan",
     "litellm": "LiteLLM",
 }
-
-
-def write_section(path: Path, section: str) -> Path:
-    return results_file.write_section(path, section, "gateway")
-
-
-def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
-    return results_file.json_path_for(out_dir, "gateway", now)
-
-
-def versions(wrk: str | None, litellm: str | None) -> dict[str, str | None]:
-    from benchmarks.gateway_load import wrk_version
-    from benchmarks.gateway_systems import litellm_version
-    from benchmarks.results_file import package_versions
-
-    return {
-        **package_versions("titan", "aiohttp", "uvicorn"),
-        "litellm": litellm_version(litellm) if litellm else None,
-        "wrk": wrk_version(wrk) if wrk else None,
-    }
 
 
 def _ms(value: float | None, signed: bool = False) -> str:
@@ -300,20 +269,21 @@ _CONSOLE_HEADERS = {
 _CONSOLE_MODES = {"non-streaming": "json", "streaming": "sse"}
 
 
-def print_console(results: dict[str, Any], console: Console) -> None:
-    """The same tables as the Markdown, with headers short enough for a terminal."""
-    from rich.table import Table
-
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The Markdown's tables with headers short enough for a terminal."""
     overhead = [[_CONSOLE_MODES[row[0]], *row[1:]] for row in _overhead_rows(results)]
     all_rows = (overhead, _transient_rows(results), _target_rows(results))
-    for (title, header), rows in zip(_CONSOLE_HEADERS.items(), all_rows, strict=True):
-        table = Table(title=title)
-        for column in header:
-            is_text = column in ("mode", "system", "run", "check")
-            table.add_column(column, justify="left" if is_text else "right")
-        for row in rows:
-            if title == "Targets":
-                style = "green" if row[-1] == "PASS" else "red"
-                row = [*row[:-1], f"[{style}]{row[-1]}[/{style}]"]
-            table.add_row(*row)
-        console.print(table)
+    return {
+        title: (header, rows)
+        for (title, header), rows in zip(_CONSOLE_HEADERS.items(), all_rows, strict=True)
+    }
+
+
+BENCHMARK = Benchmark(
+    NAME,
+    gateway_bench.run,
+    render_markdown,
+    report_tables,
+    gateway_bench.targets,
+    packages=("titan", "aiohttp", "uvicorn"),
+)

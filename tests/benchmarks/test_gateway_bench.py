@@ -11,11 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks import gateway_load as load
+from benchmarks.base import measure
 from benchmarks.cli import build_app
 from benchmarks.engine_report import SECTION_END as ENGINE_END
 from benchmarks.engine_report import SECTION_START as ENGINE_START
-from benchmarks.gateway_bench import GatewaySettings, bench_gateway, targets
-from benchmarks.gateway_report import SECTION_END, SECTION_START, write_section
+from benchmarks.gateway_bench import GatewaySettings, targets
+from benchmarks.gateway_report import BENCHMARK, NAME, SECTION_END, SECTION_START
+from benchmarks.results_file import write_section
 
 ENGINE_SECTION = (
     f"# Benchmark results\n\n{ENGINE_START}\n## Engine\n\nkept as it is\n{ENGINE_END}\n"
@@ -89,8 +91,8 @@ def test_targets_compare_titan_with_litellm_and_with_its_no_fault_run():
 def test_section_goes_between_its_markers_and_keeps_the_engine_section(tmp_path: Path):
     path = tmp_path / "RESULTS.md"
     path.write_text(ENGINE_SECTION)
-    write_section(path, f"{SECTION_START}\nfirst\n{SECTION_END}\n")
-    write_section(path, f"{SECTION_START}\nsecond\n{SECTION_END}\n")
+    write_section(path, f"{SECTION_START}\nfirst\n{SECTION_END}\n", NAME)
+    write_section(path, f"{SECTION_START}\nsecond\n{SECTION_END}\n", NAME)
     text = path.read_text()
     assert text.startswith(ENGINE_SECTION.rstrip("\n"))
     assert "second" in text and "first" not in text
@@ -113,7 +115,7 @@ def test_quick_benchmark_measures_titan_without_wrk_or_litellm(tmp_path: Path):
     output.write_text(ENGINE_SECTION)
     settings = GatewaySettings.quick(wrk=None, litellm=None)
 
-    outcome = bench_gateway(settings, output=output, command="pytest quick gateway bench")
+    outcome = measure(BENCHMARK, settings, output, command="pytest quick gateway bench")
 
     text = output.read_text()
     assert text.startswith(ENGINE_SECTION.rstrip("\n"))
