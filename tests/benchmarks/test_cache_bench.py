@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import zlib
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +15,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from benchmarks import results_file
-from benchmarks.cache_bench import PNG_NAME, CacheBenchSettings, TimedEmbedder, bench_cache
-from benchmarks.cache_report import SECTION_END, SECTION_START, render_markdown
+from benchmarks import cache_bench, results_file
+from benchmarks.base import measure
+from benchmarks.cache_bench import PNG_NAME, CacheBenchSettings, TimedEmbedder
+from benchmarks.cache_report import BENCHMARK, SECTION_END, SECTION_START, render_markdown
 from titan.cache.response_cache import EMBEDDING_DIM
 from titan.config.cache import CacheConfig
 from titan.service.cache_replay import replay_whole
@@ -59,8 +62,11 @@ def quick_run(tmp_path_factory):
         return replay_whole(value, endpoint)
 
     embedder = HashingEmbedder()
-    settings = CacheBenchSettings.quick(lookups=30, overhead_requests=30, warmup=2)
-    outcome = bench_cache(settings, replay, output, embedder=embedder, command="titan bench x")
+    settings = CacheBenchSettings.quick(
+        lookups=30, overhead_requests=30, warmup=2, figures_dir=str(output.parent)
+    )
+    run = partial(cache_bench.run, embedder=embedder, replay=replay)
+    outcome = measure(replace(BENCHMARK, run=run), settings, output, command="titan bench x")
     return outcome, settings, output, replayed, embedder
 
 
@@ -77,11 +83,11 @@ def test_the_section_replaces_only_its_own_and_links_the_curves(quick_run):
     assert f"![Precision/recall and rates by threshold]({PNG_NAME})" in section
     assert "Quick variant" in section and "`titan bench x`" in section
     assert "usearch" in section and "sentence-transformers" in section
-    assert outcome.png_path == output.parent / PNG_NAME
-    assert outcome.png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert outcome.results["meta"]["png"] == str(output.parent / PNG_NAME)
+    assert (output.parent / PNG_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # Rendered again (a second run), the section is replaced, not added.
-    results_file.write_section(output, render_markdown(outcome.results, PNG_NAME), "cache")
+    results_file.write_section(output, render_markdown(outcome.results), "cache")
     assert output.read_text().count(SECTION_START) == 1 and "kept as it is" in output.read_text()
 
 
