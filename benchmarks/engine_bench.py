@@ -10,18 +10,18 @@ imported inside functions: importing this module is cheap and has no side effect
 from __future__ import annotations
 
 import gc
-import os
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks import hf_baseline, titan_runs
-from benchmarks.server_load import ServerLoadSettings, run_server_load
+from benchmarks.server_load import run_server_load
 from benchmarks.workload import (
     BenchRequest,
+    BenchSettings,
     StreamRun,
     WorkloadRun,
     build_workload,
@@ -29,90 +29,8 @@ from benchmarks.workload import (
 )
 from titan.loadgen.metrics import percentile
 
-DEFAULT_OUTPUT = Path("bench/RESULTS.md")
-# Titan's engine runs with the server's defaults (EngineConfig) but for dtype and threads; the
-# quick run also shrinks the KV cache, which it barely uses, to spare a shared machine's memory.
-_QUICK_KV_CACHE_BYTES = 256 * 1024**2
 
-
-@dataclass(frozen=True)
-class BenchSettings:
-    num_requests: int = 32
-    seed: int = 0
-    dtype: str = "auto"
-    num_threads: int | None = None  # None: EngineConfig's default, cores - 1
-    prompt_tokens: tuple[int, int] = (32, 1024)
-    max_tokens: tuple[int, int] = (16, 256)
-    batch_size: int = 8  # HF static batches
-    single_stream_prompt_tokens: int = 128
-    single_stream_new_tokens: int = 256
-    hol_num_streams: int = 8
-    hol_stream_prompt_tokens: int = 64
-    hol_stream_max_tokens: int = 256
-    hol_tokens_before_arrival: int = 32  # the long prompt arrives once every stream has these
-    hol_tokens_recorded_before_arrival: int = 16
-    hol_long_prompt_tokens: int = 2000
-    hol_long_max_tokens: int = 8
-    warmup_max_tokens: int = 8
-    server_load: ServerLoadSettings = field(default_factory=ServerLoadSettings)
-    kv_cache_bytes: int | None = None  # None: the engine's default
-    is_quick: bool = False
-
-    @classmethod
-    def quick(cls, **overrides: Any) -> BenchSettings:
-        """A tiny run (well under a minute) that exercises every phase; used by the tests."""
-        settings = cls(
-            num_requests=4,
-            prompt_tokens=(24, 64),
-            max_tokens=(4, 16),
-            batch_size=2,  # two batches, so that waiting for an earlier batch is exercised
-            single_stream_prompt_tokens=64,
-            single_stream_new_tokens=16,
-            hol_num_streams=2,
-            hol_stream_prompt_tokens=32,
-            hol_stream_max_tokens=48,
-            hol_tokens_before_arrival=8,
-            hol_tokens_recorded_before_arrival=4,
-            hol_long_prompt_tokens=200,
-            hol_long_max_tokens=4,
-            warmup_max_tokens=4,
-            server_load=ServerLoadSettings(
-                num_streams=4, prompt_words=20, max_tokens=8, num_idle_probes=10
-            ),
-            kv_cache_bytes=_QUICK_KV_CACHE_BYTES,
-            is_quick=True,
-        )
-        return replace(settings, **overrides)
-
-
-@dataclass(frozen=True)
-class BenchOutcome:
-    results: dict[str, Any]
-    markdown_path: Path
-    json_path: Path
-
-
-def bench_engine(
-    settings: BenchSettings,
-    output: Path = DEFAULT_OUTPUT,
-    command: str | None = None,
-    progress: Callable[[str], None] = lambda message: None,
-) -> BenchOutcome:
-    """Run every phase, then write the Markdown section into ``output`` and the raw numbers to
-    ``output``'s folder / out / engine-<timestamp>.json."""
-    from benchmarks import engine_report as report
-
-    results = run_engine_bench(settings, command=command, progress=progress)
-    json_path = report.write_json(report.json_path_for(output.parent / "out"), results)
-    markdown = report.render_markdown(results, json_name=report.display_path(json_path))
-    return BenchOutcome(results, report.write_section(output, markdown), json_path)
-
-
-def run_engine_bench(
-    settings: BenchSettings,
-    command: str | None = None,
-    progress: Callable[[str], None] = lambda message: None,
-) -> dict[str, Any]:
+def run(settings: BenchSettings, progress: Callable[[str], None]) -> dict[str, Any]:
     """Measure every system; returns the raw results (JSON-ready)."""
     from titan.engine.config import EngineConfig
 
@@ -126,9 +44,6 @@ def run_engine_bench(
     if settings.kv_cache_bytes is not None:
         engine_kwargs["kv_cache_bytes"] = settings.kv_cache_bytes
     engine_config = EngineConfig(**engine_kwargs)
-    started_at = datetime.now(UTC)
-    # Other work on the machine skews every number: the load average says how busy it was.
-    load_before = os.getloadavg()[0]
 
     titan = _run_titan(settings, engine_config, progress)
     hf = _run_hf(settings, titan, engine_config.resolved_num_threads(), progress)
@@ -138,14 +53,11 @@ def run_engine_bench(
         _dtype_name(titan.dtype), engine_config.resolved_num_threads(), settings.server_load
     )
     return {
-        "meta": _meta(
-            settings,
-            command,
-            started_at,
-            titan.dtype,
-            engine_config.resolved_num_threads(),
-            load_before,
-        ),
+        "meta": {
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "dtype": _dtype_name(titan.dtype),
+            "num_threads": engine_config.resolved_num_threads(),
+        },
         "workload": _workload_summary(titan.requests),
         "systems": {
             run.system: _workload_result(run)
@@ -362,25 +274,3 @@ def _targets(
 
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def _meta(
-    settings: BenchSettings,
-    command: str | None,
-    started_at: datetime,
-    dtype: Any,
-    num_threads: int,
-    load_before: float,
-) -> dict[str, Any]:
-    from benchmarks import engine_report as report
-
-    return {
-        "command": command or report.default_command(),
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": report.machine_info(load_before),
-        "versions": report.versions(),
-        "dtype": _dtype_name(dtype),
-        "num_threads": num_threads,
-        "settings": asdict(settings),
-    }

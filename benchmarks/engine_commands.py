@@ -43,20 +43,15 @@ def engine(
     ] = False,
 ) -> None:
     """Titan's engine vs HF transformers generate: throughput, TTFT, decode speed, head-of-line."""
-    from benchmarks import engine_report as report
-    from benchmarks.engine_bench import BenchSettings, bench_engine
+    from benchmarks.engine_report import BENCHMARK
+    from benchmarks.workload import BenchSettings
     from titan.errors import TitanError
 
     overrides: dict[str, Any] = {"seed": seed, "dtype": dtype.value, "num_threads": num_threads}
     if num_requests is not None:
         overrides["num_requests"] = num_requests
     settings = BenchSettings.quick(**overrides) if quick else BenchSettings(**overrides)
-    run_bench(
-        "engine",
-        lambda progress: bench_engine(settings, output=output, progress=progress),
-        report.print_console,
-        (TitanError,),
-    )
+    run_bench(BENCHMARK, settings, output, (TitanError,))
 
 
 def structured(

@@ -1,37 +1,21 @@
-"""The engine benchmark's report: a rich table on the console, a Markdown section in
-bench/RESULTS.md (between markers, so other benchmarks' sections stay), the raw numbers as JSON."""
+"""The engine benchmark's report: its section of bench/RESULTS.md and the console tables."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from benchmarks import results_file
-from benchmarks.results_file import markdown_table, package_versions
+from benchmarks import engine_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.results_file import markdown_table
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-SECTION_START, SECTION_END = results_file.markers("engine")
+NAME = "engine"
+SECTION_START, SECTION_END = results_file.markers(NAME)
 
 SYSTEM_LABELS = {
     "titan": "Titan engine (continuous batching)",
     "hf_sequential": "HF generate, one request at a time",
     "hf_static_batch": "HF generate, static padded batches",
 }
-
-
-def write_section(path: Path, section: str) -> Path:
-    return results_file.write_section(path, section, "engine")
-
-
-def json_path_for(out_dir: Path, now: datetime | None = None) -> Path:
-    return results_file.json_path_for(out_dir, "engine", now)
-
-
-def versions() -> dict[str, str]:
-    return package_versions("torch", "transformers", "titan")
 
 
 def _ratio(value: float) -> str:
@@ -212,42 +196,28 @@ def _server_load_text(load: dict[str, Any]) -> str:
     )
 
 
-def print_console(results: dict[str, Any], console: Console) -> None:
-    from rich.table import Table
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The console's tables: the Markdown's, and the head-of-line test in numbers."""
+    hol, meta = results["head_of_line"], results["meta"]
+    num_requests = results["workload"]["num_requests"]
+    return {
+        f"{num_requests} requests at once (dtype {meta['dtype']}, {meta['num_threads']} torch "
+        "threads)": (_SYSTEM_HEADER, _system_rows(results)),
+        "Single stream (decode excludes prefill)": (_STREAM_HEADER, _stream_rows(results)),
+        f"Head-of-line: {hol['num_streams']} decodes, a {hol['long_prompt_tokens']}-token "
+        "prompt arrives": (
+            ["median gap alone (ms)", "worst gap during its prefill (ms)", "its TTFT (s)"],
+            [[f"{hol['median_gap_s'] * 1000:.1f}", f"{hol['worst_gap_s'] * 1000:.1f}",
+              f"{hol['long_prompt_ttft_s']:.2f}"]],
+        ),
+        "Targets": (_TARGET_HEADER, _target_rows(results)),
+    }  # fmt: skip
 
-    meta = results["meta"]
-    console.print(
-        f"dtype {meta['dtype']}, {meta['num_threads']} torch threads, "
-        f"{meta['machine']['cpu_model']} ({meta['machine']['num_cores']} cores)"
-    )
-    systems = Table(title=f"{results['workload']['num_requests']} requests arriving at once")
-    for column in _SYSTEM_HEADER:
-        systems.add_column(column, justify="left" if column == "system" else "right")
-    for row in _system_rows(results):
-        systems.add_row(*row)
-    console.print(systems)
 
-    stream = Table(title="Single stream (decode excludes prefill)")
-    for column in _STREAM_HEADER:
-        stream.add_column(column, justify="left" if column == "system" else "right")
-    for row in _stream_rows(results):
-        stream.add_row(*row)
-    console.print(stream)
-
-    hol = results["head_of_line"]
-    console.print(
-        f"Head-of-line: {hol['num_streams']} decodes, a {hol['long_prompt_tokens']}-token prompt "
-        f"arrives: median gap alone {hol['median_gap_s'] * 1000:.1f} ms, worst during its "
-        f"prefill {hol['worst_gap_s'] * 1000:.1f} ms; long prompt TTFT "
-        f"{hol['long_prompt_ttft_s']:.2f} s"
-    )
-
-    console.print(_server_load_text(results["server_load"]).replace("`", "").replace("**", ""))
-
-    targets = Table(title="Targets")
-    for column in _TARGET_HEADER:
-        targets.add_column(column, justify="left" if column == "check" else "right")
-    for row in _target_rows(results):
-        style = "green" if row[-1] == "PASS" else "red"
-        targets.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]")
-    console.print(targets)
+BENCHMARK = Benchmark(
+    NAME,
+    engine_bench.run,
+    render_markdown,
+    report_tables,
+    packages=("torch", "transformers", "titan"),
+)

@@ -13,7 +13,7 @@ from benchmarks.workload import BenchRequest, StreamRun, WorkloadRun, chat_promp
 from titan.loadgen.metrics import percentile
 
 if TYPE_CHECKING:
-    from benchmarks.engine_bench import BenchSettings
+    from benchmarks.workload import BenchSettings
     from titan.engine.engine import Engine
     from titan.engine.sampling import SamplingParams
 

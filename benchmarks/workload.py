@@ -1,10 +1,13 @@
-"""Deterministic benchmark workloads: chat prompts of exact token lengths, built from a seed."""
+"""The engine benchmark's settings and deterministic workloads: chat prompts of exact token
+lengths, built from a seed."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from benchmarks.server_load import ServerLoadSettings
 
 SYSTEM_MESSAGE = "You are a helpful assistant."
 INSTRUCTION = "Read the notes below and summarise them in a few sentences.\n\n"
@@ -53,6 +56,61 @@ _ENDINGS = (
     "A note was left for the morning team.",
     "",
 )
+
+
+# Titan's engine runs with the server's defaults (EngineConfig) but for dtype and threads; the
+# quick run also shrinks the KV cache, which it barely uses, to spare a shared machine's memory.
+_QUICK_KV_CACHE_BYTES = 256 * 1024**2
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    num_requests: int = 32
+    seed: int = 0
+    dtype: str = "auto"
+    num_threads: int | None = None  # None: EngineConfig's default, cores - 1
+    prompt_tokens: tuple[int, int] = (32, 1024)
+    max_tokens: tuple[int, int] = (16, 256)
+    batch_size: int = 8  # HF static batches
+    single_stream_prompt_tokens: int = 128
+    single_stream_new_tokens: int = 256
+    hol_num_streams: int = 8
+    hol_stream_prompt_tokens: int = 64
+    hol_stream_max_tokens: int = 256
+    hol_tokens_before_arrival: int = 32  # the long prompt arrives once every stream has these
+    hol_tokens_recorded_before_arrival: int = 16
+    hol_long_prompt_tokens: int = 2000
+    hol_long_max_tokens: int = 8
+    warmup_max_tokens: int = 8
+    server_load: ServerLoadSettings = field(default_factory=ServerLoadSettings)
+    kv_cache_bytes: int | None = None  # None: the engine's default
+    is_quick: bool = False
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> BenchSettings:
+        """A tiny run (well under a minute) that exercises every phase; used by the tests."""
+        settings = cls(
+            num_requests=4,
+            prompt_tokens=(24, 64),
+            max_tokens=(4, 16),
+            batch_size=2,  # two batches, so that waiting for an earlier batch is exercised
+            single_stream_prompt_tokens=64,
+            single_stream_new_tokens=16,
+            hol_num_streams=2,
+            hol_stream_prompt_tokens=32,
+            hol_stream_max_tokens=48,
+            hol_tokens_before_arrival=8,
+            hol_tokens_recorded_before_arrival=4,
+            hol_long_prompt_tokens=200,
+            hol_long_max_tokens=4,
+            warmup_max_tokens=4,
+            server_load=ServerLoadSettings(
+                num_streams=4, prompt_words=20, max_tokens=8, num_idle_probes=10
+            ),
+            kv_cache_bytes=_QUICK_KV_CACHE_BYTES,
+            is_quick=True,
+        )
+        return replace(settings, **overrides)
 
 
 class ChatTokenizer(Protocol):

@@ -9,9 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from benchmarks.engine_bench import BenchSettings, bench_engine
-from benchmarks.engine_report import SECTION_END, SECTION_START, write_section
-from benchmarks.workload import build_workload
+from benchmarks.base import measure
+from benchmarks.engine_report import BENCHMARK, NAME, SECTION_END, SECTION_START
+from benchmarks.results_file import write_section
+from benchmarks.workload import BenchSettings, build_workload
 from titan.loadgen.metrics import percentile
 
 OTHER_SECTION = (
@@ -62,9 +63,9 @@ def test_percentile_interpolates_like_numpy():
 
 def test_section_replaces_only_its_own_markers(tmp_path: Path):
     path = tmp_path / "RESULTS.md"
-    write_section(path, f"{SECTION_START}\nfirst\n{SECTION_END}\n")
+    write_section(path, f"{SECTION_START}\nfirst\n{SECTION_END}\n", NAME)
     path.write_text(path.read_text() + "\n## Later section\n")
-    write_section(path, f"{SECTION_START}\nsecond\n{SECTION_END}\n")
+    write_section(path, f"{SECTION_START}\nsecond\n{SECTION_END}\n", NAME)
     text = path.read_text()
     assert "second" in text and "first" not in text and "## Later section" in text
     assert text.count(SECTION_START) == text.count(SECTION_END) == 1
@@ -76,7 +77,7 @@ def test_quick_benchmark_measures_every_system_and_keeps_other_sections(tmp_path
     output = tmp_path / "RESULTS.md"
     output.write_text(OTHER_SECTION)
 
-    outcome = bench_engine(BenchSettings.quick(), output=output, command="pytest quick bench")
+    outcome = measure(BENCHMARK, BenchSettings.quick(), output, command="pytest quick bench")
 
     text = output.read_text()
     assert text.startswith(OTHER_SECTION.rstrip("\n"))
