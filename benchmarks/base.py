@@ -33,12 +33,13 @@ Tables = dict[str, tuple[list[str], list[list[str]]]]
 class Benchmark:
     """``run(settings, progress)`` returns the measurements; a ``meta`` entry in them adds to
     the record ``measure`` keeps (``versions`` of tools such as wrk, ``machine`` extras,
-    derived ``settings``). ``markdown(results, json_name)`` is the section, markers included."""
+    derived ``settings``). ``markdown(results, json_name)`` is the section, markers included;
+    ``tables`` the console's (title -> header, rows)."""
 
     name: str  # the markers <!-- NAME-bench:start/end --> and the JSON file's prefix
     run: Callable[[Any, Progress], Results]
     markdown: Callable[[Results, str], str]
-    tables: Callable[[Results], Tables]
+    tables: Callable[[Results], Tables] | None = None  # None: the console shows the section
     targets: Callable[[Results], list[dict[str, Any]]] | None = None
     packages: tuple[str, ...] = ("titan",)  # whose versions the record names
 

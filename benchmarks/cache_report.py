@@ -1,4 +1,4 @@
-"""The cache benchmark's report: targets, versions, its section of bench/RESULTS.md and the
+"""The cache benchmark's report: targets, its section of bench/RESULTS.md and the
 console tables."""
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""The gateway benchmark's report: a rich summary on the console, a Markdown section in
-bench/RESULTS.md (between its own markers: other sections stay as they are), the raw numbers
-as JSON in bench/out/."""
+"""The gateway benchmark's report: its section of bench/RESULTS.md and the console tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The load generator benchmark's report: targets, versions, its section of bench/RESULTS.md and
+"""The load generator benchmark's report: targets, its section of bench/RESULTS.md and
 the console tables."""
 
 from __future__ import annotations

@@ -123,3 +123,10 @@ def check(name: str, value: float | None, target: str, passed: bool | None, unit
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def quick_note(meta: dict[str, Any]) -> list[str]:
+    """The warning a quick run's section opens with (its settings' ``is_quick``)."""
+    if not meta["settings"].get("is_quick"):
+        return []
+    return ["> **Quick variant** (`--quick`): a smoke run; its numbers say little.", ""]

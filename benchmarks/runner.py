@@ -3,6 +3,8 @@ its tables on the console, then where it wrote its section of bench/RESULTS.md a
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +18,11 @@ DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 OutputOption = Annotated[
     Path, typer.Option(help="Markdown file; this benchmark's section is replaced, others kept.")
 ]
+
+
+def command() -> str:
+    """How this run was started, as one could type it again."""
+    return shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
 
 
 def fail(name: str, message: str) -> typer.Exit:
@@ -45,11 +52,15 @@ def run_bench(
                 console.log(message)
                 status.update(message)
 
-            outcome = measure(benchmark, settings, output, progress)
+            outcome = measure(benchmark, settings, output, progress, command())
     except errors as exc:
         message = exc.message if isinstance(exc, TitanError) else str(exc)
         raise fail(benchmark.name, message) from None
-    print_tables(benchmark.tables(outcome.results), console)
+    if benchmark.tables is None:
+        section = benchmark.markdown(outcome.results, display_path(outcome.json_path))
+        console.print(section, markup=False, highlight=False)
+    else:
+        print_tables(benchmark.tables(outcome.results), console)
     console.print(
         f"Wrote {display_path(outcome.markdown_path)} and {display_path(outcome.json_path)}"
     )
