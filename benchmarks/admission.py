@@ -25,7 +25,7 @@ from benchmarks import admission_load as load
 from benchmarks import gateway_load
 from benchmarks.base import Benchmark
 from benchmarks.gateway_systems import Workspace
-from benchmarks.results_file import markdown_table
+from benchmarks.results_file import markdown_table, record_lines
 from titan.chaos import processes
 from titan.chaos.processes import Services, free_port, get_json
 
@@ -253,20 +253,14 @@ def _yaml(data: Any) -> list[str]:
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta, goodput, replicas = results["meta"], results["goodput"], results["replicas"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Admission benchmark (`python -m benchmarks admission`)", ""]
     if s["is_quick"]:
         lines += ["> **Quick variant** (`--quick`): a smoke run of every phase, seconds each. "
                   "Its numbers say nothing about the targets.", ""]  # fmt: skip
-    redis = f", Redis server {v['redis_server']}" if v["redis_server"] else ""
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
-        f"Python {v['python']}, titan {v['titan']} (aiohttp {v['aiohttp']}, uvicorn "
-        f"{v['uvicorn']}, redis-py {v['redis']}){redis}. The load generator, Titan, the "
-        "upstream and Redis share these cores.",
+        *record_lines(meta, "The load generator, Titan, the upstream and Redis share these cores."),
         "",
         "### Targets",
         "",

@@ -17,6 +17,7 @@ import asyncio
 import gc
 import random
 import resource
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ import orjson
 
 from benchmarks import cache_eval, cache_quality
 from benchmarks.cache_eval import TimedEmbedder
+from titan.cache.embedder import Embedder
 from titan.cache.index import BRUTE_FORCE_LIMIT
 from titan.cache.keys import request_keys
 from titan.cache.response_cache import EMBEDDING_DIM, EXACT, SEMANTIC, Lookup, ResponseCache
@@ -322,8 +324,6 @@ def run(
     """Every phase, the curves into ``settings.figures_dir``. ``embedder``: all-MiniLM-L6-v2
     (loaded here) unless given (tests pass a fake); ``replay``: how a hit is answered."""
     if embedder is None:
-        from titan.cache.embedder import Embedder
-
         progress("loading all-MiniLM-L6-v2")
         embedder = Embedder.load()
     png = Path(settings.figures_dir) / PNG_NAME
@@ -331,19 +331,9 @@ def run(
     timed = TimedEmbedder(embedder)
     sizes = asyncio.run(run_sizes(settings, timed, pairs, replay, progress))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    meta = {"machine": {"peak_rss_mib": peak_rss}, "versions": _versions(embedder), "png": str(png)}
-    return {"meta": meta, **quality, "sizes": sizes}
-
-
-def _versions(embedder: Any) -> dict[str, Any]:
-    """What the embedder ran on (torch is only loaded with the real model)."""
-    import sys
-
-    from titan.cache.embedder import Embedder
-
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # loaded with the real model only
+    machine = {"peak_rss_mib": peak_rss, "torch_threads": torch and torch.get_num_threads()}
     is_real = isinstance(embedder, Embedder)
-    return {
-        "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "embedder": "all-MiniLM-L6-v2 on CPU" if is_real else type(embedder).__name__,
-    }
+    embedding = "all-MiniLM-L6-v2 on CPU" if is_real else type(embedder).__name__
+    meta = {"machine": machine, "embedder": embedding, "png": str(png)}
+    return {"meta": meta, **quality, "sizes": sizes}

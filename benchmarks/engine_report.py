@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks import engine_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table
+from benchmarks.results_file import markdown_table, record_lines
 
 NAME = "engine"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -82,7 +82,7 @@ _TARGET_HEADER = ["check", "measured", "target", "result"]
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta, workload, hol = results["meta"], results["workload"], results["head_of_line"]
-    settings, machine, versions = meta["settings"], meta["machine"], meta["versions"]
+    settings = meta["settings"]
     stats = results["titan_engine_stats"]
     lines = [
         SECTION_START,
@@ -96,13 +96,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             "",
         ]
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores "
-        f"(1-minute load average {machine['load_average_before']:.2f} before, "
-        f"{machine['load_average_after']:.2f} after). "
-        f"Python {versions['python']}, torch {versions['torch']}, "
-        f"transformers {versions['transformers']}, titan {versions['titan']}. "
-        f"dtype **{meta['dtype']}** and **{meta['num_threads']}** torch threads for every system.",
+        *record_lines(
+            meta,
+            f"dtype **{meta['dtype']}** and **{meta['num_threads']}** torch threads for every "
+            "system.",
+        ),
         "",
         "### Method",
         "",

@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks import gateway_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table
+from benchmarks.results_file import markdown_table, record_lines
 
 NAME = "gateway"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -125,11 +125,7 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
             "",
         ]
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores, {machine['platform']} "
-        f"(1-minute load average {machine['load_average_before']:.2f} before, "
-        f"{machine['load_average_after']:.2f} after). Python {v['python']}, titan {v['titan']} "
-        f"(aiohttp {v['aiohttp']}, uvicorn {v['uvicorn']}), {litellm}; {generator}.",
+        *record_lines(meta, f"{litellm}; {generator}."),
         "",
         f"Everything shares these {machine['num_cores']} cores: the load generator, the proxy "
         "under test and the simulated upstreams (each a single-process Python server). Absolute "

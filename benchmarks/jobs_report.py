@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import jobs_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.jobs_bench import MODEL
-from benchmarks.results_file import check, markdown_table, targets_table
+from benchmarks.results_file import check, markdown_table, record_lines, targets_table
 
 NAME = "jobs"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -129,7 +129,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     import yaml
 
     meta, thr, inter = results["meta"], results["throughput"], results["interactive"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Jobs benchmark (`python -m benchmarks jobs`)", ""]
     if s["is_quick"]:
@@ -137,12 +137,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
                   "windows). Its numbers say nothing about the targets.", ""]  # fmt: skip
     redis_modes = [row for row in thr["modes"] if row["mode"] == "redis"]
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
-        f"Python {v['python']}, titan {v['titan']}, SQLite {v['sqlite']}, redis-py "
-        f"{v['redis-py']}, Redis server {v['redis_server']}, httpx {v['httpx']}, uvicorn "
-        f"{v['uvicorn']}.", "",
+        *record_lines(meta), "",
         "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Throughput: submit to result", "",
         f"In one process, per storage: a fresh pipeline (`build_pipeline`) whose model `{MODEL}` "

@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import loadgen_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.loadgen_bench import MAX_CORES, MIN_DELIVERED, MODES
-from benchmarks.results_file import check, markdown_table, targets_table
+from benchmarks.results_file import check, markdown_table, record_lines, targets_table
 
 NAME = "loadgen"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -102,7 +102,7 @@ def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[li
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta = results["meta"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s, v = meta["settings"], meta["versions"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Load generator benchmark (`python -m benchmarks loadgen`)", ""]
     if s["is_quick"]:
@@ -111,14 +111,9 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             "little about the targets.",
             "",
         ]
-    wrk = f", wrk {v['wrk']}" if v.get("wrk") else " (wrk not found: no baseline)"
     profile = results["profile"]
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
-        f"Python {v['python']}, titan {v['titan']}, uvloop {v['uvloop']}, uvicorn "
-        f"{v['uvicorn']}{wrk}.",
+        *record_lines(meta, "" if v.get("wrk") else "wrk not found: no baseline."),
         "",
         "### Targets",
         "",

@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import observability_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.observability_bench import CONFIGS, MODES
-from benchmarks.results_file import check, markdown_table, targets_table
+from benchmarks.results_file import check, markdown_table, record_lines, targets_table
 
 NAME = "observability"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -106,25 +106,20 @@ def _yaml(data: Any) -> list[str]:
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta = results["meta"]
-    s, m, v = meta["settings"], meta["machine"], meta["versions"]
+    s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Observability benchmark (`python -m benchmarks observability`)", ""]
     if s["is_quick"]:
         lines += ["> **Quick variant** (`--quick`): one short round of each configuration at "
                   "low concurrency, a smoke run. Its numbers say nothing about the targets.",
                   ""]  # fmt: skip
-    wrk = f", wrk {v['wrk']}" if v.get("wrk") else ""
     generator = (
         "wrk (one thread)" if meta["load_generator"] == "wrk"
         else "the gateway benchmark's pure-Python client (wrk was not found; it shares the "
         "cores with the servers)"
     )  # fmt: skip
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
-        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
-        f"Python {v['python']}, titan {v['titan']}, prometheus-client {v['prometheus-client']}, "
-        f"orjson {v['orjson']}, uvicorn {v['uvicorn']}{wrk}.", "",
+        *record_lines(meta), "",
         "### Targets", "", *markdown_table(*tables["Targets"]), "",
         "### Setup", "",
         "One simulated upstream (`titan simulate`, 20 ms to the answer, 16 output tokens; a "

@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks import planner_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table, targets_table
+from benchmarks.results_file import markdown_table, record_lines, targets_table
 
 NAME = "planner"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -163,12 +163,7 @@ def _cost_text(calibration: dict[str, Any]) -> str:
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta = results["meta"]
-    settings, machine, versions, engine = (
-        meta["settings"],
-        meta["machine"],
-        meta["versions"],
-        meta["engine"],
-    )
+    settings, engine = meta["settings"], meta["engine"]
     rates = ", ".join(f"{r:g}" for r in settings["validation_rates"])
     calibration_rates = ", ".join(f"{r:g}" for r in settings["calibration_rates"])
     lines = [SECTION_START, "## Planner benchmark (`python -m benchmarks planner`)", ""]
@@ -179,15 +174,14 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             "",
         ]
     lines += [
-        f"Measured {meta['started_at']} with `{meta['command']}`.",
-        f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores (1-minute load average "
-        f"{machine['load_average_before']:.2f} before, {machine['load_average_after']:.2f} "
-        f"after). Python {versions['python']}, torch {versions['torch']}, titan "
-        f"{versions['titan']}. Engine: {engine['model']}, {engine['dtype']}, "
-        f"{engine['num_threads']} torch threads, max_num_seqs {engine['max_num_seqs']}, "
-        f"max_num_batched_tokens {engine['max_num_batched_tokens']}, max_decode_slowdown "
-        f"{engine['max_decode_slowdown']}, {engine['num_kv_blocks']} KV blocks of "
-        f"{engine['block_size']}.",
+        *record_lines(
+            meta,
+            f"Engine: {engine['model']}, {engine['dtype']}, "
+            f"{engine['num_threads']} torch threads, max_num_seqs {engine['max_num_seqs']}, "
+            f"max_num_batched_tokens {engine['max_num_batched_tokens']}, max_decode_slowdown "
+            f"{engine['max_decode_slowdown']}, {engine['num_kv_blocks']} KV blocks of "
+            f"{engine['block_size']}.",
+        ),
         "",
         "### Method",
         "",

@@ -130,3 +130,17 @@ def quick_note(meta: dict[str, Any]) -> list[str]:
     if not meta["settings"].get("is_quick"):
         return []
     return ["> **Quick variant** (`--quick`): a smoke run; its numbers say little.", ""]
+
+
+def record_lines(meta: dict[str, Any], note: str = "") -> list[str]:
+    """A section's record: when, with what command, on which machine, with which versions
+    (a package not installed or a tool not found left out); ``note`` follows on its line."""
+    m = meta["machine"]
+    versions = ", ".join(f"{name} {version}" for name, version in meta["versions"].items()
+                         if version not in (None, "not installed"))  # fmt: skip
+    return [
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
+        f"Machine: {m['cpu_model']}, {m['num_cores']} cores, {m['platform']} (1-minute load "
+        f"average {m['load_average_before']:.2f} before, {m['load_average_after']:.2f} after). "
+        f"Versions: {versions}." + (f" {note}" if note else ""),
+    ]

@@ -142,7 +142,7 @@ def test_the_raw_numbers_are_written_beside(quick_run):
     assert outcome.json_path.name.startswith("cache-")
     raw = orjson.loads(outcome.json_path.read_bytes())
     assert raw["targets"] == outcome.results["targets"]
-    assert raw["meta"]["versions"]["embedder"] == "HashingEmbedder"
+    assert raw["meta"]["embedder"] == "HashingEmbedder"
 
 
 async def test_the_timed_embedder_adds_up_its_calls():

@@ -164,8 +164,8 @@ def test_markdown_section(tmp_path):
                    "| SQLite | 300 / 300 |", "**1,200**", "| Redis |", "0.20×", "6,000",
                    "A: interactive alone", "B: with the batch running", "**33.0**", "1.10×",
                    "390 (78/s)", "still running when the window closed", "jobs-x.json",
-                   "TITAN_STORAGE=x titan serve", "workers: 16", "ttft_s: 0.02", "SQLite 3.45",
-                   "Redis server 7.0", "retried jobs"):  # fmt: skip
+                   "TITAN_STORAGE=x titan serve", "workers: 16", "ttft_s: 0.02", "sqlite 3.45",
+                   "redis_server 7.0", "retried jobs"):  # fmt: skip
         assert needle in markdown, needle
     assert "Quick variant" not in jr.render_markdown(fake_results(quick=False))
     early = jr.render_markdown(fake_results(early=True))

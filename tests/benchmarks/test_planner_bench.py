@@ -81,6 +81,7 @@ def fake_results(quick: bool = False) -> dict:
             },
             "machine": {
                 "cpu_model": "AMD EPYC",
+                "platform": "Linux",
                 "num_cores": 2,
                 "load_average_before": 0.5,
                 "load_average_after": 1.0,
