@@ -25,7 +25,7 @@ from benchmarks import admission_load as load
 from benchmarks import gateway_load
 from benchmarks.base import Benchmark
 from benchmarks.gateway_systems import Workspace
-from benchmarks.results_file import markdown_table, record_lines
+from benchmarks.results_file import markdown_table, quick_note, record_lines
 from titan.chaos import processes
 from titan.chaos.processes import Services, free_port, get_json
 
@@ -256,10 +256,8 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Admission benchmark (`python -m benchmarks admission`)", ""]
-    if s["is_quick"]:
-        lines += ["> **Quick variant** (`--quick`): a smoke run of every phase, seconds each. "
-                  "Its numbers say nothing about the targets.", ""]  # fmt: skip
     lines += [
+        *quick_note(meta),
         *record_lines(meta, "The load generator, Titan, the upstream and Redis share these cores."),
         "",
         "### Targets",

@@ -10,7 +10,7 @@ from benchmarks.base import Benchmark
 from benchmarks.cache_bench import PNG_NAME, TRAFFIC_PNG_NAME
 from benchmarks.cache_eval import BASELINE_THRESHOLD
 from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
-from benchmarks.results_file import markdown_table, record_lines
+from benchmarks.results_file import markdown_table, quick_note, record_lines
 
 NAME = "cache"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -123,12 +123,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     tables = report_tables(results)
     configured = evaluation["configured"]
     lines = [SECTION_START, "## Response cache benchmark (`python -m benchmarks cache`)", ""]
-    if s["is_quick"]:
-        lines += [
-            "> **Quick variant** (`--quick`): small caches and a subset of the pairs, a smoke "
-            "run of every phase. Its numbers say nothing about the targets.",
-            "",
-        ]
+    lines += quick_note(meta)
     threads = f", {m['torch_threads']} torch threads" if m["torch_threads"] else ""
     lines += [
         *record_lines(meta, f"Embeddings: {meta['embedder']}{threads}. Everything runs in one "

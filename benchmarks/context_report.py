@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import context_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.context_bench import MODES, TOPICS
-from benchmarks.results_file import check, markdown_table, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
 
 NAME = "context"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -85,9 +85,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     summary = conv["summary"]
     naive = summary["naive"]
     lines = [SECTION_START, "## Context benchmark (`python -m benchmarks context`)", ""]
-    if s["is_quick"]:
-        lines += ["> **Quick variant** (`--quick`): a smoke run of every phase. Its numbers say "
-                  "nothing about the targets.", ""]  # fmt: skip
+    lines += quick_note(meta)
     lines += [
         *record_lines(meta), "",
         "### Targets", "", *markdown_table(*tables["Targets"]), "",

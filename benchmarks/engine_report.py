@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks import engine_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table, record_lines
+from benchmarks.results_file import markdown_table, quick_note, record_lines
 
 NAME = "engine"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -89,12 +89,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "## Engine benchmark (`python -m benchmarks engine`)",
         "",
     ]
-    if settings["is_quick"]:
-        lines += [
-            "> **Quick variant** (`--quick`): a smoke run of every phase on a tiny workload. "
-            "Its numbers say nothing about the targets; run without `--quick` to measure.",
-            "",
-        ]
+    lines += quick_note(meta)
     lines += [
         *record_lines(
             meta,

@@ -6,7 +6,7 @@ from typing import Any
 
 from benchmarks import gateway_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table, record_lines
+from benchmarks.results_file import markdown_table, quick_note, record_lines
 
 NAME = "gateway"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -103,7 +103,7 @@ def _yaml(data: Any) -> list[str]:
 
 def _header_lines(results: dict[str, Any]) -> list[str]:
     meta = results["meta"]
-    machine, v, settings = meta["machine"], meta["versions"], meta["settings"]
+    machine, v = meta["machine"], meta["versions"]
     litellm = f"LiteLLM proxy {v['litellm']}" if v["litellm"] else "LiteLLM **not installed**"
     generator = (
         f"load generator wrk ({v['wrk']}, one thread)"
@@ -112,12 +112,7 @@ def _header_lines(results: dict[str, Any]) -> list[str]:
         "include more client CPU than wrk's would)"
     )
     lines = [SECTION_START, "## Gateway benchmark (`python -m benchmarks gateway`)", ""]
-    if settings["is_quick"]:
-        lines += [
-            "> **Quick variant** (`--quick`): a smoke run of every phase, seconds each. Its "
-            "numbers say nothing about the targets; run without `--quick` to measure.",
-            "",
-        ]
+    lines += quick_note(meta)
     if not v["litellm"]:
         lines += [
             "> LiteLLM was not found (`--litellm PATH`): its columns and the targets that "

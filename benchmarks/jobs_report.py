@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import jobs_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.jobs_bench import MODEL
-from benchmarks.results_file import check, markdown_table, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
 
 NAME = "jobs"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -132,9 +132,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Jobs benchmark (`python -m benchmarks jobs`)", ""]
-    if s["is_quick"]:
-        lines += ["> **Quick variant** (`--quick`): a smoke run of every phase (few jobs, short "
-                  "windows). Its numbers say nothing about the targets.", ""]  # fmt: skip
+    lines += quick_note(meta)
     redis_modes = [row for row in thr["modes"] if row["mode"] == "redis"]
     lines += [
         *record_lines(meta), "",

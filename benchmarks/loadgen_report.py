@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import loadgen_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.loadgen_bench import MAX_CORES, MIN_DELIVERED, MODES
-from benchmarks.results_file import check, markdown_table, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
 
 NAME = "loadgen"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -105,12 +105,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     s, v = meta["settings"], meta["versions"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Load generator benchmark (`python -m benchmarks loadgen`)", ""]
-    if s["is_quick"]:
-        lines += [
-            "> **Quick variant** (`--quick`): short runs, a smoke run. Its numbers say "
-            "little about the targets.",
-            "",
-        ]
+    lines += quick_note(meta)
     profile = results["profile"]
     lines += [
         *record_lines(meta, "" if v.get("wrk") else "wrk not found: no baseline."),

@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import observability_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.observability_bench import CONFIGS, MODES
-from benchmarks.results_file import check, markdown_table, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
 
 NAME = "observability"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -109,10 +109,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     s = meta["settings"]
     tables = report_tables(results)
     lines = [SECTION_START, "## Observability benchmark (`python -m benchmarks observability`)", ""]
-    if s["is_quick"]:
-        lines += ["> **Quick variant** (`--quick`): one short round of each configuration at "
-                  "low concurrency, a smoke run. Its numbers say nothing about the targets.",
-                  ""]  # fmt: skip
+    lines += quick_note(meta)
     generator = (
         "wrk (one thread)" if meta["load_generator"] == "wrk"
         else "the gateway benchmark's pure-Python client (wrk was not found; it shares the "

@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks import planner_bench, results_file
 from benchmarks.base import Benchmark
-from benchmarks.results_file import markdown_table, record_lines, targets_table
+from benchmarks.results_file import markdown_table, quick_note, record_lines, targets_table
 
 NAME = "planner"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -167,12 +167,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     rates = ", ".join(f"{r:g}" for r in settings["validation_rates"])
     calibration_rates = ", ".join(f"{r:g}" for r in settings["calibration_rates"])
     lines = [SECTION_START, "## Planner benchmark (`python -m benchmarks planner`)", ""]
-    if settings["is_quick"]:
-        lines += [
-            "> **Quick variant** (`--quick`): a smoke run of every phase on a tiny "
-            "workload. Its numbers say nothing about the target; run without `--quick`.",
-            "",
-        ]
+    lines += quick_note(meta)
     lines += [
         *record_lines(
             meta,

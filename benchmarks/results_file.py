@@ -129,7 +129,11 @@ def quick_note(meta: dict[str, Any]) -> list[str]:
     """The warning a quick run's section opens with (its settings' ``is_quick``)."""
     if not meta["settings"].get("is_quick"):
         return []
-    return ["> **Quick variant** (`--quick`): a smoke run; its numbers say little.", ""]
+    return [
+        "> **Quick variant** (`--quick`): a smoke run of every phase on a tiny scale. Its numbers "
+        "say nothing about the targets; run without `--quick` to measure.",
+        "",
+    ]
 
 
 def record_lines(meta: dict[str, Any], note: str = "") -> list[str]:
