@@ -124,9 +124,8 @@ def run_goodput(settings: AdmissionSettings, workspace: Workspace, progress: Pro
             env = {"TITAN_STORAGE": "memory://"}
             titan = load.start_titan(services, workspace, f"titan-{system}", config, env)
             commands[f"titan_{system}"], configs[system] = titan.command, config
-            url = f"{titan.base_url}{gateway_load.CHAT_PATH}"
             warmup = load.poisson_arrivals(capacity / 2, settings.warmup_s, settings.seed + 99)
-            load.run_open_loop(url, body, headers, warmup, settings.deadline_s)
+            load.run_open_loop(titan.base_url, body, headers, warmup, settings.deadline_s)
             for index, multiplier in enumerate(settings.multipliers):
                 progress(f"goodput: admission {system}, {multiplier:g}× capacity")
                 _wait_idle(upstream.base_url)
@@ -134,7 +133,9 @@ def run_goodput(settings: AdmissionSettings, workspace: Workspace, progress: Pro
                     capacity * multiplier, settings.duration_s, settings.seed + index
                 )
                 before: Any = get_json(f"{upstream.base_url}/fifo")  # restarts its peak
-                records = load.run_open_loop(url, body, headers, arrivals, settings.deadline_s)
+                records = load.run_open_loop(
+                    titan.base_url, body, headers, arrivals, settings.deadline_s
+                )
                 after: Any = get_json(f"{upstream.base_url}/fifo")
                 point = load.summarize_point(records, settings.duration_s)
                 point.update(

@@ -21,8 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks.gateway_load import CHAT_PATH
+from benchmarks.gateway_load import CHAT, CHAT_PATH
+from titan.loadgen.client import ConnectionPool
 from titan.loadgen.metrics import percentile
+from titan.loadgen.runner import new_event_loop
+from titan.loadgen.wire import Endpoint
 
 TRANSPORT_ERROR = 0  # a status in place of none: reset, refused, cut short
 TIMED_OUT = -1  # the client gave up at its timeout (= the request's deadline)
@@ -189,55 +192,53 @@ def poisson_arrivals(rate: float, duration_s: float, seed: int) -> list[float]:
 
 
 async def _open_loop(
-    url: str, body: bytes, headers: dict[str, str], arrivals: Sequence[float], timeout_s: float
+    request: bytes, endpoint: Endpoint, arrivals: Sequence[float], timeout_s: float
 ) -> list[Record]:
-    import aiohttp
-
     records: list[Record] = []
-    headers = {"content-type": "application/json", **headers}
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    pool = ConnectionPool(endpoint)  # unbounded: an open loop opens what its arrivals need
 
-        async def one(scheduled: float, start: float) -> None:
-            sent, code = time.perf_counter(), None
-            try:
-                async with asyncio.timeout(timeout_s):  # leaving closes the connection
-                    async with session.post(url, data=body, headers=headers) as response:
-                        status, answer = response.status, await response.read()
-                if status >= 300:
-                    code = error_code(answer)
-            except TimeoutError:
-                status = TIMED_OUT
-            except (aiohttp.ClientError, OSError):
-                status = TRANSPORT_ERROR
-            latency = time.perf_counter() - sent
-            records.append((sent - start, latency, status, code, sent - start - scheduled))
+    async def one(scheduled: float, start: float) -> None:
+        sent, code = time.perf_counter(), None
+        try:
+            async with asyncio.timeout(timeout_s):  # leaving closes the connection
+                answer = await pool.fetch(request, is_stream=False)
+            status = answer.status
+            if status >= 300:
+                code = error_code(answer.body)
+        except TimeoutError:
+            status = TIMED_OUT
+        except (OSError, EOFError, ValueError):
+            status = TRANSPORT_ERROR
+        latency = time.perf_counter() - sent
+        records.append((sent - start, latency, status, code, sent - start - scheduled))
 
-        start = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
-        tasks = []
+    start = time.perf_counter()  # uvloop's loop.time() counts whole milliseconds
+    tasks = []
+    try:
         for scheduled in arrivals:
             delay = start + scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.ensure_future(one(scheduled, start)))
         await asyncio.gather(*tasks)
+    finally:
+        pool.close()
     return records
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run_open_loop(
-    url: str, body: bytes, headers: dict[str, str], arrivals: Sequence[float], timeout_s: float
+    base_url: str,
+    body: bytes,
+    headers: dict[str, str],
+    arrivals: Sequence[float],
+    timeout_s: float,
 ) -> list[Record]:
-    """POST ``body`` at each of ``arrivals`` (s from now) whatever the answers: an open loop."""
-    with asyncio.Runner(loop_factory=_new_loop) as runner:
-        return runner.run(_open_loop(url, body, headers, arrivals, timeout_s))
+    """POST ``body`` (a chat completion) at each of ``arrivals`` (s from now) whatever the
+    answers: an open loop."""
+    endpoint = Endpoint.of(base_url)
+    request = endpoint.request("POST", CHAT, None, body, headers)
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(_open_loop(request, endpoint, arrivals, timeout_s))
 
 
 def _ms(values: Sequence[float], q: float) -> float | None:
@@ -369,7 +370,7 @@ def run_replicas(settings: Any, workspace: Any, progress: Any) -> dict[str, Any]
                                             config, {"TITAN_STORAGE": storage}))  # fmt: skip
             progress(f"replicas: {settings.concurrency} connections for {settings.window_s:g} s")
             records, _ = gateway_load.run_closed_loop(
-                [gateway_load.Target.of(r.base_url) for r in replicas],
+                [Endpoint.of(r.base_url) for r in replicas],
                 gateway_load.chat_body(model, is_stream=False, max_tokens=4),
                 api_key="unused", concurrency=settings.concurrency,
                 duration_s=settings.window_s, timeout_s=10.0,

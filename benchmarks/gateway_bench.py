@@ -21,6 +21,7 @@ from typing import Any
 from benchmarks import gateway_load as load
 from benchmarks import gateway_systems as systems
 from titan.chaos.processes import Service, Services, free_port, get_json, peak_rss_mib
+from titan.loadgen.wire import Endpoint
 
 MODES = ("non-streaming", "streaming")
 Progress = Callable[[str], None]
@@ -86,7 +87,7 @@ def _measure(
     script: Path | None,
 ) -> tuple[dict[str, Any], str]:
     """Warm up, then one measured cell: the summary and the command that measured it."""
-    target = load.Target.of(service.base_url)
+    target = Endpoint.of(service.base_url)
     if settings.wrk is not None and script is not None:
         for seconds, is_measured in ((settings.warmup_s, False), (settings.duration_s, True)):
             argv = load.wrk_argv(
@@ -304,9 +305,9 @@ def _transient_run(
         ]
         second_started = time.perf_counter()
         targets = (
-            [load.Target.of(u.base_url) for u in upstreams]
+            [Endpoint.of(u.base_url) for u in upstreams]
             if front is None
-            else [load.Target.of(front.base_url)]
+            else [Endpoint.of(front.base_url)]
         )
         body = load.chat_body(systems.MODEL, is_stream=False)
         common = {"api_key": api_key, "timeout_s": settings.timeout_s}

@@ -4,9 +4,10 @@ Two generators with the same closed-loop shape (``concurrency`` connections, eac
 next request as soon as the previous answer is read to the end, streams included):
 - wrk (C, one thread): the overhead phase's default, so the client takes little of the CPU the
   systems under test share with it;
-- a pure-Python client on raw asyncio streams (uvloop when installed): the overhead phase's
-  fallback where wrk is missing, and the transients phase's client, which alternates hosts per
-  request (wrk cannot) and records every request's status and latency.
+- a pure-Python client, titan.loadgen's connection pool and response parser (on uvloop when
+  installed): the overhead phase's fallback where wrk is missing, and the transients phase's
+  client, which alternates hosts per request (wrk cannot) and records every request's status,
+  latency and Titan's attempts.
 """
 
 from __future__ import annotations
@@ -18,22 +19,23 @@ import re
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+import orjson
+
+from titan.loadgen.client import ConnectionPool
 from titan.loadgen.metrics import percentile
+from titan.loadgen.runner import new_event_loop
+from titan.loadgen.wire import Endpoint
 
-CHAT_PATH = "/v1/chat/completions"
+CHAT = "/chat/completions"  # under the API's /v1
+CHAT_PATH = f"/v1{CHAT}"
 # A transport failure (reset, refused, cut mid-answer, timeout) in place of an HTTP status.
 TRANSPORT_ERROR = 0
-_HEAD_END = b"\r\n\r\n"
 
 
 def chat_body(model: str, *, is_stream: bool, max_tokens: int = 16) -> bytes:
-    import orjson
-
     body: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": "Say something short."}],
@@ -44,80 +46,9 @@ def chat_body(model: str, *, is_stream: bool, max_tokens: int = 16) -> bytes:
     return orjson.dumps(body)
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where requests go: ``http://host:port`` (the path is always CHAT_PATH)."""
-
-    host: str
-    port: int
-
-    @classmethod
-    def of(cls, base_url: str) -> Target:
-        parts = urlsplit(base_url)
-        return cls(parts.hostname or "127.0.0.1", parts.port or 80)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}{CHAT_PATH}"
-
-    def request(self, body: bytes, api_key: str) -> bytes:
-        head = (
-            f"POST {CHAT_PATH} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nAuthorization: Bearer {api_key}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        return head.encode() + body
-
-
-class _Connection:
-    """One keep-alive HTTP/1.1 connection; reopened after any failure."""
-
-    def __init__(self, target: Target):
-        self.target = target
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def exchange(self, request: bytes) -> tuple[int, dict[str, str]]:
-        """Send ``request``, read the whole answer (a stream to its last chunk); returns the
-        status and the headers. Raises OSError, EOFError or ValueError on transport trouble."""
-        if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(
-                self.target.host, self.target.port
-            )
-        reader, writer = self._reader, self._writer
-        writer.write(request)
-        head = await reader.readuntil(_HEAD_END)
-        status_line, *lines = head[: -len(_HEAD_END)].decode("latin-1").split("\r\n")
-        status = int(status_line.split(" ", 2)[1])
-        headers = {}
-        for line in lines:
-            key, _, value = line.partition(":")
-            headers[key.strip().lower()] = value.strip()
-        if "content-length" in headers:
-            await reader.readexactly(int(headers["content-length"]))
-        elif headers.get("transfer-encoding", "").lower() == "chunked":
-            await _read_chunks(reader)
-        else:  # the answer runs to the connection's end
-            await reader.read()
-            self.close()
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        return status, headers
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
-
-
-async def _read_chunks(reader: asyncio.StreamReader) -> None:
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, then the blank line
-                pass
-            return
-        await reader.readexactly(size + 2)
+def chat_request(endpoint: Endpoint, body: bytes, api_key: str | None = None) -> bytes:
+    """The bytes of one chat completion request (``endpoint``: the API's base, ``/v1``)."""
+    return endpoint.request("POST", CHAT, api_key, body)
 
 
 # One request: seconds from the load's start, latency in seconds, HTTP status (TRANSPORT_ERROR:
@@ -126,53 +57,45 @@ Record = tuple[float, float, int, int]
 
 
 async def _closed_loop(
-    targets: Sequence[Target],
+    endpoints: Sequence[Endpoint],
     body: bytes,
     api_key: str,
     concurrency: int,
     duration_s: float,
     timeout_s: float,
 ) -> tuple[list[Record], float]:
-    requests = [target.request(body, api_key) for target in targets]
-    turn = itertools.count()  # shared: consecutive requests go to consecutive targets
+    requests = [chat_request(endpoint, body, api_key) for endpoint in endpoints]
+    is_stream = orjson.loads(body).get("stream") is True
+    pools = [ConnectionPool(endpoint) for endpoint in endpoints]
+    turn = itertools.count()  # shared: consecutive requests go to consecutive endpoints
     records: list[Record] = []
     started = time.perf_counter()
     deadline = started + duration_s
 
     async def worker() -> None:
-        connections = [_Connection(target) for target in targets]
-        try:
-            while time.perf_counter() < deadline:
-                index = next(turn) % len(targets)
-                connection = connections[index]
-                sent = time.perf_counter()
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        status, headers = await connection.exchange(requests[index])
-                    attempts = int(headers.get("x-titan-attempts", "0") or 0)
-                except (OSError, EOFError, ValueError, TimeoutError):
-                    connection.close()
-                    status, attempts = TRANSPORT_ERROR, 0
-                done = time.perf_counter()
-                records.append((sent - started, done - sent, status, attempts))
-        finally:
-            for connection in connections:
-                connection.close()
+        while time.perf_counter() < deadline:
+            index = next(turn) % len(endpoints)
+            sent = time.perf_counter()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    answer = await pools[index].fetch(requests[index], is_stream)
+                status = answer.status
+                attempts = int(answer.headers.get("x-titan-attempts", "0") or 0)
+            except (OSError, EOFError, ValueError, TimeoutError):
+                status, attempts = TRANSPORT_ERROR, 0
+            done = time.perf_counter()
+            records.append((sent - started, done - sent, status, attempts))
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        for pool in pools:
+            pool.close()
     return records, time.perf_counter() - started
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def run_closed_loop(
-    targets: Sequence[Target],
+    endpoints: Sequence[Endpoint],
     body: bytes,
     *,
     api_key: str,
@@ -180,10 +103,12 @@ def run_closed_loop(
     duration_s: float,
     timeout_s: float,
 ) -> tuple[list[Record], float]:
-    """``concurrency`` clients for ``duration_s``, each request to the next of ``targets`` in
+    """``concurrency`` clients for ``duration_s``, each request to the next of ``endpoints`` in
     turn; returns every request's record and the wall time (the last answers included)."""
-    with asyncio.Runner(loop_factory=_new_loop) as runner:
-        return runner.run(_closed_loop(targets, body, api_key, concurrency, duration_s, timeout_s))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(
+            _closed_loop(endpoints, body, api_key, concurrency, duration_s, timeout_s)
+        )
 
 
 def summarize(records: Sequence[Record], wall_s: float) -> dict[str, Any]:
@@ -242,7 +167,12 @@ def wrk_script(body: bytes, api_key: str) -> str:
 
 
 def wrk_argv(
-    wrk: str, script: Path, target: Target, concurrency: int, duration_s: float, timeout_s: float
+    wrk: str,
+    script: Path,
+    endpoint: Endpoint,
+    concurrency: int,
+    duration_s: float,
+    timeout_s: float,
 ) -> list[str]:
     # wrk takes whole seconds.
     seconds = max(1, round(duration_s))
@@ -254,7 +184,7 @@ def wrk_argv(
         f"--timeout={max(1, round(timeout_s))}s",
         "-s",
         str(script),
-        target.url,
+        endpoint.url(CHAT),
     ]
 
 

@@ -27,6 +27,7 @@ from benchmarks import gateway_systems as systems
 from titan.chaos.processes import Service, Services, free_port
 from titan.loadgen import ClosedLoop, LoadTarget, OpenLoop, Workload, summarize
 from titan.loadgen.runner import LoadRun, run_load_sync
+from titan.loadgen.wire import Endpoint
 
 MODES = ("non-streaming", "streaming")
 MAX_CORES = 1.0  # the target: the generator's own cores at the offered rate
@@ -150,7 +151,7 @@ def measure_wrk(
 ) -> tuple[dict[str, Any], str]:
     """wrk (one thread) closed loop with the generator's connections; its CPU and the
     simulator's. Its summary has gateway_load's keys (rps, p50_ms, p99_ms, num_errors)."""
-    target = wrk_load.Target.of(upstream.base_url)
+    target = Endpoint.of(upstream.base_url)
     argv = wrk_load.wrk_argv(
         wrk, script, target, settings.concurrency, duration_s, settings.timeout_s
     )

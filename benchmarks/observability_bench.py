@@ -30,6 +30,7 @@ from benchmarks import gateway_load as load
 from benchmarks import gateway_systems as systems
 from titan.chaos import processes
 from titan.chaos.processes import Service, Services, free_port, get_json, peak_rss_mib
+from titan.loadgen.wire import Endpoint
 
 MODES = ("non-streaming", "streaming")
 CONFIGS = ("off", "on")
@@ -170,7 +171,7 @@ def measure(settings: ObservabilitySettings, titan: Service, body: bytes, api_ke
     """The gateway benchmark's cell: a warm-up, then the measured load (wrk with ``script``, else
     the Python closed loop); its summary gets Titan's CPU milliseconds per answered request
     over the measured window. Returns the summary and the command that measured it."""
-    target = load.Target.of(titan.base_url)
+    target = Endpoint.of(titan.base_url)
     summary: dict[str, Any] = {}
     command, cpu_before = "", None
     for seconds, is_measured in ((settings.warmup_s, False), (settings.duration_s, True)):

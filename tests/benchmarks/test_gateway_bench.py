@@ -18,6 +18,7 @@ from benchmarks.engine_report import SECTION_START as ENGINE_START
 from benchmarks.gateway_bench import GatewaySettings, targets
 from benchmarks.gateway_report import BENCHMARK, NAME, SECTION_END, SECTION_START
 from benchmarks.results_file import write_section
+from titan.loadgen.wire import Endpoint
 
 ENGINE_SECTION = (
     f"# Benchmark results\n\n{ENGINE_START}\n## Engine\n\nkept as it is\n{ENGINE_END}\n"
@@ -49,7 +50,7 @@ def test_wrk_script_posts_the_body_and_reports_in_done():
     assert orjson.loads(body)["stream"] is True
     with pytest.raises(ValueError):
         load.wrk_script(b'{"content": "]]"}', "KEY")
-    argv = load.wrk_argv("wrk", Path("s.lua"), load.Target("127.0.0.1", 9), 64, 0.4, 30)
+    argv = load.wrk_argv("wrk", Path("s.lua"), Endpoint.of("http://127.0.0.1:9"), 64, 0.4, 30)
     assert argv == ["wrk", "-t1", "-c64", "-d1s", "--timeout=30s", "-s", "s.lua", argv[-1]]
     assert argv[-1] == "http://127.0.0.1:9/v1/chat/completions"
 

@@ -8,6 +8,7 @@ arrive in one read share its time, as they reached the client together.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,8 +56,15 @@ class Endpoint:
     def url(self, path: str) -> str:
         return f"{self.scheme}://{self.authority}{self.prefix}{path}"
 
-    def request(self, method: str, path: str, api_key: str | None, body: bytes = b"") -> bytes:
-        """A whole request's bytes: head and body."""
+    def request(
+        self,
+        method: str,
+        path: str,
+        api_key: str | None,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """A whole request's bytes: head (``headers`` added to the usual ones) and body."""
         lines = [
             f"{method} {self.prefix}{path} HTTP/1.1",
             f"Host: {self.authority}",
@@ -65,6 +73,7 @@ class Endpoint:
         ]
         if api_key:
             lines.append(f"Authorization: Bearer {api_key}")
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         if method == "POST":
             lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
@@ -96,6 +105,7 @@ class ResponseParser:
         self.is_stream = is_stream
         self.status = 0
         self.reason = ""
+        self.headers: dict[str, str] = {}  # lower-case names
         self.is_keep_alive = True
         self.token_times: list[float] = []
         self.completion_tokens: int | None = None
@@ -111,6 +121,11 @@ class ResponseParser:
         self._events = b""  # SSE text not yet ending an event
         self._body: list[bytes] = []  # a whole (non-event) body
         self._is_done = False
+
+    @property
+    def body(self) -> bytes:
+        """A whole (not event-stream) body, as received."""
+        return b"".join(self._body)
 
     # ---- feeding --------------------------------------------------------------------------
 
@@ -155,7 +170,7 @@ class ResponseParser:
         if not version.startswith("HTTP/") or not code.isdigit():
             raise ValueError("not an HTTP response")
         self.status = int(code)
-        headers: dict[str, str] = {}
+        headers = self.headers
         for line in lines:
             key, _, value = line.partition(":")
             headers[key.strip().lower()] = value.strip()
