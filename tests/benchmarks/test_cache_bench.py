@@ -66,7 +66,7 @@ def quick_run(tmp_path_factory):
         lookups=30, overhead_requests=30, warmup=2, figures_dir=str(output.parent)
     )
     run = partial(cache_bench.run, embedder=embedder, replay=replay)
-    outcome = measure(replace(BENCHMARK, run=run), settings, output, command="titan bench x")
+    outcome = measure(replace(BENCHMARK, run=run), settings, output, command="python -m benchmarks x")
     return outcome, settings, output, replayed, embedder
 
 
@@ -81,7 +81,7 @@ def test_the_section_replaces_only_its_own_and_links_the_curves(quick_run):
                     "### Lookup latency", "### Per-request overhead"):  # fmt: skip
         assert heading in section
     assert f"![Precision/recall and rates by threshold]({PNG_NAME})" in section
-    assert "Quick variant" in section and "`titan bench x`" in section
+    assert "Quick variant" in section and "`python -m benchmarks x`" in section
     assert "usearch" in section and "sentence-transformers" in section
     assert outcome.results["meta"]["png"] == str(output.parent / PNG_NAME)
     assert (output.parent / PNG_NAME).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
