@@ -63,8 +63,8 @@ def display_path(path: Path) -> str:
 
 
 def default_command() -> str:
-    """The command line that started this process, as one could type it again."""
-    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    """How this run was started (``python -m benchmarks NAME ...``), to type it again."""
+    return shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
 
 
 def _cpu_model() -> str:

@@ -3,8 +3,6 @@ its tables on the console, then where it wrote its section of bench/RESULTS.md a
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,11 +16,6 @@ DEFAULT_OUTPUT = Path("bench/RESULTS.md")
 OutputOption = Annotated[
     Path, typer.Option(help="Markdown file; this benchmark's section is replaced, others kept.")
 ]
-
-
-def command() -> str:
-    """How this run was started, as one could type it again."""
-    return shlex.join(["python", "-m", "benchmarks", *sys.argv[1:]])
 
 
 def fail(name: str, message: str) -> typer.Exit:
@@ -52,7 +45,7 @@ def run_bench(
                 console.log(message)
                 status.update(message)
 
-            outcome = measure(benchmark, settings, output, progress, command())
+            outcome = measure(benchmark, settings, output, progress)
     except errors as exc:
         message = exc.message if isinstance(exc, TitanError) else str(exc)
         raise fail(benchmark.name, message) from None
