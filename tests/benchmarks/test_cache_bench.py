@@ -66,7 +66,9 @@ def quick_run(tmp_path_factory):
         lookups=30, overhead_requests=30, warmup=2, figures_dir=str(output.parent)
     )
     run = partial(cache_bench.run, embedder=embedder, replay=replay)
-    outcome = measure(replace(BENCHMARK, run=run), settings, output, command="python -m benchmarks x")
+    outcome = measure(
+        replace(BENCHMARK, run=run), settings, output, command="python -m benchmarks x"
+    )
     return outcome, settings, output, replayed, embedder
 
 
