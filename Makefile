@@ -61,7 +61,7 @@ check: lint
 # The self-benchmarks run end to end at their smallest (`--quick`): their reports' structure,
 # not their numbers. Not part of `make test`.
 bench-smoke: install
-	$(BIN)/python -m pytest -m bench_smoke tests/bench
+	$(BIN)/python -m pytest -m bench_smoke tests/benchmarks
 
 # schemathesis against a real Titan (memory, SQLite and Redis storage), long: up to
 # FUZZ_EXAMPLES generated requests per operation, valid and invalid (docs/api-fuzzing.md).
@@ -70,10 +70,11 @@ FUZZ_EXAMPLES ?= 500
 fuzz: install
 	TITAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/fuzz -p no:cacheprovider --timeout 3600
 
-# `make bench NAME=llamacpp` (or quality, cuda, constrained): one of benchmarks/; no NAME: the engine
-# against HF transformers (titan bench engine).
+# `make bench NAME=gateway` (any of `python -m benchmarks --help`), its section of
+# bench/RESULTS.md replaced; no NAME: the engine against HF transformers.
+NAME ?= engine
 bench: install
-	$(if $(NAME),$(BIN)/python -m benchmarks $(NAME),$(BIN)/titan bench engine --output bench/RESULTS.md)
+	$(BIN)/python -m benchmarks $(NAME)
 
 # On a machine with an NVIDIA GPU: a venv of its own with PyPI's CUDA build of torch (several
 # GB), the CUDA-marked tests, then the engine on CUDA against this CPU (bench/RESULTS.md).

@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
+import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import openai
 
+from benchmarks.base import Benchmark
+from benchmarks.results_file import quick_note
 from benchmarks.titan_server import start_titan, titan_environment
-from titan.bench.processes import Services
-from titan.bench.report import machine_info, package_versions
+from titan.chaos.processes import Services
 
-BENCHMARK = "constrained"
+NAME = "constrained"
 DATA = Path(__file__).resolve().parent / "data"
 MODEL = "SmolLM2-135M-Instruct"
 LARGEST_BUDGET = 512
@@ -56,10 +58,11 @@ class Settings:
     num_tool_prompts: int = 100
     concurrency: int = 32
     tool_max_tokens: int = 256
+    is_quick: bool = False
 
     @classmethod
-    def quick(cls) -> Settings:
-        return cls(num_schemas=12, num_tool_prompts=10)
+    def quick(cls, **overrides: Any) -> Settings:
+        return replace(cls(num_schemas=12, num_tool_prompts=10, is_quick=True), **overrides)
 
 
 def budgets(minimum: int) -> list[int]:
@@ -203,17 +206,15 @@ async def measure(base_url: str, settings: Settings) -> dict[str, Any]:
     return {"schemas": schemas, "tools": {"outcomes": tools, "wall_s": tools_wall_s}}
 
 
-def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
-    load_before = os.getloadavg()[0]
-    with Services() as services:
+def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
+    """``titan serve`` with its defaults, in a work folder of its own."""
+    with tempfile.TemporaryDirectory(prefix="titan-bench-") as work, Services() as services:
+        work_dir = Path(work)
         titan = start_titan(services, "titan", [], titan_environment(work_dir), work_dir)
-        say(f"titan serve at {titan.base_url}; {settings.num_schemas} schemas, "
+        progress(f"titan serve at {titan.base_url}; {settings.num_schemas} schemas, "
             f"{settings.num_tool_prompts} tool prompts")  # fmt: skip
         results = asyncio.run(measure(f"{titan.base_url}/v1", settings))
         results["command"] = titan.command
-    results["settings"] = settings.__dict__
-    results["machine"] = machine_info(load_before)
-    results["versions"] = package_versions("titan", "openai", "llguidance", "jsonschema")
     return results
 
 
@@ -232,19 +233,22 @@ def _share(valid: int, total: int) -> str:
     return f"{valid}/{total} ({100 * valid / total:.1f}%)" if total else "-"
 
 
-def render_markdown(results: dict[str, Any], command: str) -> str:
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     schema_outcomes = results["schemas"]["outcomes"]
     tool_outcomes = results["tools"]["outcomes"]
     minimums = list(results["schemas"]["minimums"].values())
     all_schemas = summarize(schema_outcomes, lambda o: "all")["all"]
     all_tools = summarize(tool_outcomes, lambda o: "all")["all"]
-    versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+    meta = results["meta"]
+    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
     lines = [
-        f"<!-- {BENCHMARK}-bench:start -->",
+        f"<!-- {NAME}-bench:start -->",
         "## Constrained output always completes (`python -m benchmarks constrained`)",
         "",
-        f"Measured with `{command}` against `{results['command']}` (every default: the embedded "
-        f"SmolLM2-135M-Instruct), through the openai SDK, {results['settings']['concurrency']} "
+        *quick_note(meta),
+        f"Measured {meta['started_at']} with `{meta['command']}` against `{results['command']}` "
+        "(every default: the embedded SmolLM2-135M-Instruct), through the openai SDK, "
+        f"{meta['settings']['concurrency']} "
         f"requests at a time. Versions: {versions}. Data written by a helper that never read "
         "Titan's code; the engine's own cases are in tests/engine/test_constrained_budget.py "
         f"and test_grammar_closing.py. {HELD_OUT_HISTORY}",
@@ -282,5 +286,12 @@ def render_markdown(results: dict[str, Any], command: str) -> str:
     if problems:
         lines += ["", "Failures (first 10):", ""]
         lines += [f"- {o['id']} (t={o['temperature']}): {o['problem']}" for o in problems[:10]]
-    lines += ["", f"<!-- {BENCHMARK}-bench:end -->"]
+    if json_name:
+        lines += ["", f"Raw numbers: `{json_name}`."]
+    lines += ["", f"<!-- {NAME}-bench:end -->"]
     return "\n".join(lines)
+
+
+BENCHMARK = Benchmark(
+    NAME, run, render_markdown, packages=("titan", "openai", "llguidance", "jsonschema")
+)

@@ -15,7 +15,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from titan.bench.processes import Service, Services, free_port
+from titan.chaos.processes import Service, Services, free_port
 
 LLAMA_CPP_PYTHON = "0.3.36"
 START_TIMEOUT_S = 120.0

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import random
-import time
-from dataclasses import asdict, dataclass, replace
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,8 @@ from benchmarks.llamacpp_load import (
     titan_conversation,
 )
 from benchmarks.titan_server import start_titan, titan_environment
-from titan.bench.processes import Services, stop
-from titan.bench.report import machine_info, package_versions
-from titan.bench.workload import BenchRequest, build_workload, chat_prompt
+from benchmarks.workload import BenchRequest, build_workload, chat_prompt
+from titan.chaos.processes import Services, stop
 
 CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
              "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "asimddp", "sve")  # fmt: skip
@@ -60,13 +60,15 @@ class Settings:
     turn_output_tokens: int = 32
     small_window: int = 2048
     llama_context: int = 65536  # shared by llama-server's 32 slots (-kvu)
+    is_quick: bool = False
 
     @classmethod
-    def quick(cls) -> Settings:
-        return cls(num_at_once=8, prompt_tokens=(32, 256), max_tokens=(8, 32),
-                   single_new_tokens=32, single_repeats=1, long_prompt_tokens=1200,
-                   long_repeats=1, num_turns=4, turn_tokens=200, turn_output_tokens=8,
-                   small_window=1024, llama_context=16384)  # fmt: skip
+    def quick(cls, **overrides: Any) -> Settings:
+        settings = cls(num_at_once=8, prompt_tokens=(32, 256), max_tokens=(8, 32),
+                       single_new_tokens=32, single_repeats=1, long_prompt_tokens=1200,
+                       long_repeats=1, num_turns=4, turn_tokens=200, turn_output_tokens=8,
+                       small_window=1024, llama_context=16384, is_quick=True)  # fmt: skip
+        return replace(settings, **overrides)
 
 
 @dataclass(frozen=True)
@@ -148,13 +150,19 @@ def conversation_summary(turns: list[dict[str, Any]]) -> dict[str, Any]:
             "num_answered": len(answered), "refused": refused}  # fmt: skip
 
 
-def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
-    load_before = os.getloadavg()[0]
+def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Both servers in a work folder of their own; the CPU's instruction sets and llama-server's
+    version join the record."""
+    with tempfile.TemporaryDirectory(prefix="titan-bench-") as work_dir:
+        return _run(settings, Path(work_dir), progress)
+
+
+def _run(settings: Settings, work_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
     work = build_workloads(settings)
     binary = llama_server_binary(say)
     gguf = _default_gguf()
     threads = os.cpu_count() or 1
-    results: dict[str, Any] = {"settings": asdict(settings), "systems": {}, "commands": {}}
+    results: dict[str, Any] = {"systems": {}, "commands": {}}
     environment = titan_environment(work_dir)
     with Services() as services:
         windows = (("titan", []), ("titan-2048", ["--max-model-len", str(settings.small_window)]))
@@ -180,13 +188,12 @@ def run(settings: Settings, work_dir: Path, say: Any = print) -> dict[str, Any]:
         say(f"llama-server: a {settings.num_turns}-turn conversation through /v1/chat/completions")
         turns = chat_conversation(server, own.turns[0], settings.turn_output_tokens)
         results["systems"]["llama-server"]["conversation"] = conversation_summary(turns)
-    results["machine"] = machine_info(load_before) | {"cpu_flags": cpu_flags()}
-    results["versions"] = package_versions("torch", "titan") | {
+    versions = {
         "llama-server": llama_server_version(binary),
         "llama-cpp-python sdist": LLAMA_CPP_PYTHON,
     }
+    results["meta"] = {"machine": {"cpu_flags": cpu_flags()}, "versions": versions}
     results["kernel"] = _titan_kernel_line(work_dir)
-    results["finished_at"] = time.time()
     return results
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 
-from titan.bench.loadgen import LoadTarget, OpenLoop, Sample, Workload, run_load_sync
-from titan.bench.workload import BenchRequest, _sentence
+from benchmarks.workload import BenchRequest, _sentence
+from titan.loadgen import LoadTarget, OpenLoop, Sample, Workload, run_load_sync
 
 REQUEST_TIMEOUT_S = 900.0
 

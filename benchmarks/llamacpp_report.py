@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-BENCHMARK = "engine-llamacpp"
+from benchmarks import llamacpp
+from benchmarks.base import Benchmark
+from benchmarks.results_file import quick_note
+
+NAME = "engine-llamacpp"
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -31,15 +34,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return result
 
 
-def render_markdown(results: dict[str, Any], command: str, json_name: str) -> str:
-    machine, versions = results["machine"], results["versions"]
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    meta = results["meta"]
+    machine, versions = meta["machine"], meta["versions"]
     systems = results["systems"]
-    when = datetime.fromtimestamp(results["finished_at"], UTC).isoformat(timespec="seconds")
     lines = [
-        f"<!-- {BENCHMARK}-bench:start -->",
+        f"<!-- {NAME}-bench:start -->",
         "## Embedded engine against llama.cpp's llama-server (`make bench NAME=llamacpp`)",
         "",
-        f"Measured {when} with `{command}`.",
+        *quick_note(meta),
+        f"Measured {meta['started_at']} with `{meta['command']}`.",
         f"Machine: {machine['cpu_model']}, {machine['num_cores']} cores, instruction sets "
         f"{', '.join(machine['cpu_flags']) or 'none listed'} (1-minute load average "
         f"{machine['load_average_before']:.2f} before, {machine['load_average_after']:.2f} after). "
@@ -111,7 +115,7 @@ def render_markdown(results: dict[str, Any], command: str, json_name: str) -> st
     if llama["conversation"]["refused"]:
         lines += ["", f"llama-server refused turn {len(llama_turns) + 1}: "
                   f"`{llama['conversation']['refused']}`."]  # fmt: skip
-    lines += ["", f"Raw numbers: `bench/out/{json_name}`.", "", f"<!-- {BENCHMARK}-bench:end -->"]
+    lines += ["", f"Raw numbers: `{json_name}`.", "", f"<!-- {NAME}-bench:end -->"]
     return "\n".join(lines)
 
 
@@ -125,7 +129,7 @@ def _tokens(turn: dict[str, Any]) -> str:
 
 
 def _conversation_text(results: dict[str, Any]) -> str:
-    settings = results["settings"]
+    settings = results["meta"]["settings"]
     return (
         f"{settings['num_turns']} user turns of about {settings['turn_tokens']} tokens each, "
         f"{settings['turn_output_tokens']} output tokens a turn. Titan keeps the conversation "
@@ -133,3 +137,6 @@ def _conversation_text(results: dict[str, Any]) -> str:
         "client sends the whole history each turn (llama-server has no server-side "
         "conversations; its prompt cache serves the repeated prefix)."
     )
+
+
+BENCHMARK = Benchmark(NAME, llamacpp.run, render_markdown, packages=("torch", "titan"))

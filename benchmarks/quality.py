@@ -13,12 +13,16 @@ writes the numbers; tests/engine/test_quantized_quality.py holds them to bounds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from benchmarks.base import Benchmark
+from benchmarks.results_file import quick_note
 
 TEXT = Path(__file__).resolve().parents[1] / "tests" / "data" / "perplexity_text.md"
 PROMPTS = (
@@ -166,7 +170,7 @@ def measure(
     )
 
 
-BENCHMARK = "quantized-quality"
+NAME = "quantized-quality"
 PATHS = {
     "bfloat16": "torch, bfloat16 weights",
     "auto": "GGUF Q4_1 blocks (the default), int8 activations",
@@ -174,32 +178,55 @@ PATHS = {
 }
 
 
-def run_all() -> dict[str, Any]:
-    reference = run_path("none")
-    return {path: measure(path, reference).__dict__ for path in PATHS}
+@dataclass(frozen=True)
+class Settings:
+    num_prompts: int = len(PROMPTS)
+    is_quick: bool = False
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> Settings:
+        return replace(cls(num_prompts=4, is_quick=True), **overrides)
 
 
-def render_markdown(results: dict[str, Any], command: str) -> str:
-    float_perplexity = next(iter(results.values()))["float_perplexity"]
+def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
+    prompts = PROMPTS[: settings.num_prompts]
+    progress("the float32 path")
+    reference = run_path("none", prompts)
+    paths = {}
+    for path in PATHS:
+        progress(PATHS[path])
+        paths[path] = measure(path, reference, prompts).__dict__
+    return {"paths": paths}
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    meta, paths = results["meta"], results["paths"]
+    float_perplexity = next(iter(paths.values()))["float_perplexity"]
     lines = [
-        f"<!-- {BENCHMARK}-bench:start -->",
+        f"<!-- {NAME}-bench:start -->",
         "## Quality of the quantized path (`python -m benchmarks quality`)",
         "",
-        f"Measured with `{command}`. Every path runs the same weights: SmolLM2-135M-Instruct's "
-        "Q4_1 file, whose blocks the float path dequantizes to float32. "
-        f"{len(PROMPTS)} chat prompts, {NEW_TOKENS} greedy tokens each, compared with the float "
-        "path's answers; perplexity teacher-forced on tests/data/perplexity_text.md "
-        f"(float32 path: {float_perplexity:.3f}).",
+        *quick_note(meta),
+        f"Measured {meta['started_at']} with `{meta['command']}`. Every path runs the same "
+        "weights: SmolLM2-135M-Instruct's Q4_1 file, whose blocks the float path dequantizes to "
+        f"float32. {meta['settings']['num_prompts']} chat prompts, {NEW_TOKENS} greedy tokens "
+        "each, compared with the float path's answers; perplexity teacher-forced on "
+        f"tests/data/perplexity_text.md (float32 path: {float_perplexity:.3f}).",
         "",
         "| path | perplexity | vs float32 | tokens shared with float32's | identical answers |",
         "|---|---|---|---|---|",
     ]
-    for path, numbers in results.items():
+    for path, numbers in paths.items():
         lines.append(
             f"| {PATHS[path]} | {numbers['perplexity']:.3f} | "
             f"{100 * (numbers['perplexity'] / float_perplexity - 1):+.2f}% | "
             f"{100 * numbers['mean_shared_prefix']:.0f}% | "
             f"{100 * numbers['identical_answers']:.0f}% |"
         )
-    lines += ["", f"<!-- {BENCHMARK}-bench:end -->"]
+    if json_name:
+        lines += ["", f"Raw numbers: `{json_name}`."]
+    lines += ["", f"<!-- {NAME}-bench:end -->"]
     return "\n".join(lines)
+
+
+BENCHMARK = Benchmark(NAME, run, render_markdown, packages=("torch", "titan"))

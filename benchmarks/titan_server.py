@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from titan.bench.processes import Service, Services, free_port, titan_argv
+from titan.chaos.processes import Service, Services, free_port, titan_argv
 
 TITAN_START_TIMEOUT_S = 300.0
 

@@ -1,5 +1,5 @@
-"""``titan bench URL``: routing a URL beside the benchmark subcommands, refusing bad input with
-one line and exit code 2, and (slow) load tests end to end against a simulator."""
+"""``titan bench URL``: its help, refusing bad input with one line and exit code 2, and (slow)
+load tests end to end against a simulator."""
 
 from __future__ import annotations
 
@@ -8,32 +8,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from tests.bench.loadgen.servers import serving, simulator
-from titan.cli.bench_url import BenchGroup, register, report_meta
+from tests.loadgen.servers import serving, simulator
+from titan.cli.bench_url import report_meta
+from titan.cli.main import build_cli
 from titan.config import SimulationProfile
 
 QUICK = SimulationProfile(ttft_s=0.005, inter_token_s=0.001, output_tokens=4)
-
-
-def build_cli() -> typer.Typer:
-    """A ``titan`` with a ``bench`` group wired as titan/cli/bench.py wires it."""
-    cli = typer.Typer(add_completion=False)
-    cli.callback()(lambda: None)
-    bench_app = typer.Typer(
-        cls=BenchGroup, help="Benchmarks.", no_args_is_help=True, add_completion=False
-    )
-    register(bench_app)
-
-    @bench_app.command("engine")
-    def engine() -> None:
-        """The engine benchmark (a stand-in)."""
-        typer.echo("engine benchmark ran")
-
-    cli.add_typer(bench_app, name="bench")
-    return cli
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -47,21 +29,14 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_subcommands_still_work_and_help_shows_the_url_form():
-    assert invoke("engine").stdout == "engine benchmark ran\n"
-    help_text = invoke("--help").stdout
-    assert "URL [OPTIONS] | COMMAND [ARGS]..." in help_text and "engine" in help_text
-    assert " url " not in help_text  # the routing target stays hidden
-    assert "No such command 'enigne'" in invoke("enigne").output
+def test_help_shows_the_url_form():
+    result = invoke("--help")
+    assert result.exit_code == 0 and "URL" in result.stdout
+    assert "--sweep-rate" in result.stdout and "--slo-ttft-ms" in result.stdout
 
 
-def test_a_url_routes_to_the_load_test():
-    result = invoke("HTTP://127.0.0.1:1/v1", "--help")
-    assert (
-        result.exit_code == 0
-        and "--sweep-rate" in result.stdout
-        and "--slo-ttft-ms" in result.stdout
-    )
+def test_a_missing_url_is_refused():
+    assert invoke().exit_code == 2
 
 
 def one_line_failure(result, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -195,7 +195,7 @@ def test_config_check_says_where_each_setting_came_from(tmp_path: Path):
 
 
 def test_chaos_checks_a_scenarios_titan_config_with_the_environments_variables(tmp_path: Path):
-    from titan.bench.chaos.loading import load_scenario
+    from titan.chaos.scenario_files import load_scenario
 
     model = {"name": "m", "deployments": [{"upstream": "a"}]}
     document = {

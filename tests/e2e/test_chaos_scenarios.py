@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from titan.bench.chaos.loading import shipped_scenarios
+from titan.chaos.scenario_files import shipped_scenarios
 from titan.cli.chaos import chaos
 
 pytestmark = pytest.mark.slow

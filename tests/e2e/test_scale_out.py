@@ -39,7 +39,7 @@ import redis
 import yaml
 
 from tests.redis_server import redis_server, redis_url  # noqa: F401  (fixtures)
-from titan.bench.processes import Service, free_port, start, stop, titan_argv
+from titan.chaos.processes import Service, free_port, start, stop, titan_argv
 from titan.limits.keys import KeyPolicy, KeyRing
 from titan.storage import open_storage
 

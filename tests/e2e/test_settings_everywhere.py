@@ -23,7 +23,7 @@ import redis
 import yaml
 
 from tests.redis_server import redis_server, redis_url  # noqa: F401  (fixtures)
-from titan.bench.processes import Services, free_port, titan_argv
+from titan.chaos.processes import Services, free_port, titan_argv
 
 pytestmark = pytest.mark.slow
 

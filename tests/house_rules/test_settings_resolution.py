@@ -18,9 +18,7 @@ ENVIRONMENT_READERS = {
     "titan/engine/config.py": "XDG_CACHE_HOME, where converted models are cached",
     "titan/engine/kernels/build.py": "CC, the C compiler to build the kernels with",
     "titan/observability/metrics.py": "PROMETHEUS_MULTIPROC_DIR, prometheus-client's own",
-    "titan/bench/processes.py": "the environment of the processes a benchmark starts",
-    "titan/bench/server_load.py": "the environment of the server a benchmark starts",
-    "titan/bench/admission_load.py": "which TITAN_* variables a benchmark's child must not see",
+    "titan/chaos/processes.py": "the environment of the processes a chaos run starts",
 }
 LOADERS = {"load_config", "config_from_mapping", "layered_config", "read_config_file"}
 RESOLVERS = {

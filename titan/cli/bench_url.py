@@ -1,9 +1,6 @@
-"""``titan bench URL``: load-test any OpenAI-compatible endpoint (see docs/load-testing.md), and
-``titan bench loadgen``, the load generator's own benchmark.
+"""``titan bench URL``: load-test any OpenAI-compatible endpoint (see docs/load-testing.md).
 
-``titan bench`` is a group of benchmarks (``titan bench engine``, ...); ``BenchGroup`` routes a
-first argument that looks like a URL to the hidden ``url`` command, so that
-``titan bench http://host:8000/v1 --rate 10`` works beside them.
+Titan's own benchmarks against baselines live in the repository's ``benchmarks/`` (not installed).
 """
 
 from __future__ import annotations
@@ -16,29 +13,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import typer.core
 
 from titan.cli.options import ApiKeyOption, ConfigOption, client_settings
 
-URL_COMMAND = "url"
-URL_SCHEMES = ("http://", "https://")
 DEFAULT_CONCURRENCY = 16
 DEFAULT_DURATION_S = 30.0
 BURST_WORKLOAD_BURSTINESS = 0.25  # gamma shape: gaps with a coefficient of variation of 2
 MODELS_TIMEOUT_S = 10.0
-
-
-class BenchGroup(typer.core.TyperGroup):
-    """``titan bench``'s group: a URL in place of a command name runs the ``url`` command."""
-
-    def __init__(self, *, subcommand_metavar: str | None = None, **attrs: Any) -> None:
-        metavar = subcommand_metavar or "URL [OPTIONS] | COMMAND [ARGS]..."
-        super().__init__(subcommand_metavar=metavar, **attrs)
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
-        if args and args[0].lower().startswith(URL_SCHEMES) and URL_COMMAND in self.commands:
-            return URL_COMMAND, self.commands[URL_COMMAND], args  # the URL is its argument
-        return super().resolve_command(ctx, args)
 
 
 class EndpointKind(StrEnum):
@@ -61,8 +42,8 @@ def _arrival_points(
     seed: int,
 ) -> list[Any]:
     """The runs' arrivals from the flags; raises ValueError with a message for the user."""
-    from titan.bench.loadgen import ClosedLoop, OpenLoop
-    from titan.bench.loadgen.sweep import concurrency_points, parse_loads, rate_points
+    from titan.loadgen import ClosedLoop, OpenLoop
+    from titan.loadgen.sweep import concurrency_points, parse_loads, rate_points
 
     given = [
         name
@@ -105,8 +86,8 @@ def discover_model(base_url: str, api_key: str | None) -> str:
 
     import orjson
 
-    from titan.bench.loadgen.wire import Endpoint
     from titan.errors import ConfigError, UpstreamConnectionError
+    from titan.loadgen.wire import Endpoint
 
     url = Endpoint.of(base_url).url("/models")
     request = urllib.request.Request(url, headers={"User-Agent": "titan-bench"})
@@ -133,8 +114,8 @@ def check_reachable(base_url: str) -> None:
     """A TCP connection to the endpoint opens; raises UpstreamConnectionError otherwise."""
     import socket
 
-    from titan.bench.loadgen.wire import Endpoint
     from titan.errors import UpstreamConnectionError
+    from titan.loadgen.wire import Endpoint
 
     endpoint = Endpoint.of(base_url)
     try:
@@ -238,11 +219,11 @@ def bench_url(
     """
     from rich.console import Console
 
-    from titan.bench.loadgen import LoadTarget, Slo, find_knee, run_sweep, workload_by_name
-    from titan.bench.loadgen.console import LiveProgress, print_point, print_sweep
-    from titan.bench.loadgen.report import build_report, write_report
-    from titan.bench.loadgen.wire import Endpoint
     from titan.errors import TitanError
+    from titan.loadgen import LoadTarget, Slo, find_knee, run_sweep, workload_by_name
+    from titan.loadgen.console import LiveProgress, print_point, print_sweep
+    from titan.loadgen.report import build_report, write_report
+    from titan.loadgen.wire import Endpoint
 
     try:
         points = _arrival_points(
@@ -312,42 +293,3 @@ def bench_url(
         except OSError as exc:
             raise _fail(f"cannot write the report to {output}: {exc}") from None
         console.print(f"Wrote {json_path} and {html_path}")
-
-
-def register(bench_app: typer.Typer) -> None:
-    """Adds ``titan bench URL`` (the hidden ``url`` command that BenchGroup routes URLs to)."""
-    bench_app.command(URL_COMMAND, hidden=True)(bench_url)
-
-
-def loadgen(
-    output: Annotated[
-        Path, typer.Option(help="Markdown file; the loadgen section is replaced, others kept.")
-    ] = Path("bench/RESULTS.md"),
-    duration: Annotated[
-        float | None,
-        typer.Option(min=1, help="Seconds per measured run (default: 10, 3 with --quick)."),
-    ] = None,
-    rate: Annotated[float, typer.Option(min=1, help="The offered open-loop rate.")] = 1000.0,
-    wrk: Annotated[str, typer.Option(help="wrk, the baseline (skipped where missing).")] = "wrk",
-    quick: Annotated[bool, typer.Option("--quick", help="3 s runs (a smoke run).")] = False,
-) -> None:
-    """The load generator itself: the cores it uses at 1,000 requests/s (open loop, whole
-    answers and streams) against a near-zero-latency simulator, and its CPU per request next to
-    wrk's at full speed."""
-    import shutil
-
-    from titan.bench.loadgen_bench import LoadgenSettings, bench_loadgen
-    from titan.bench.loadgen_report import print_console
-    from titan.bench.processes import ServiceError
-    from titan.cli.bench import run_bench
-
-    overrides: dict[str, Any] = {"wrk": shutil.which(wrk), "rate": rate}
-    if duration is not None:
-        overrides["duration_s"] = duration
-    settings = LoadgenSettings.quick(**overrides) if quick else LoadgenSettings(**overrides)
-    run_bench(
-        "loadgen",
-        lambda progress: bench_loadgen(settings, output=output, progress=progress),
-        print_console,
-        (ServiceError, RuntimeError, OSError),
-    )

@@ -15,8 +15,8 @@ from titan.errors import ConfigError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from titan.bench.chaos.runner import ChaosResult, RunProgress
-    from titan.bench.chaos.scenario import Scenario
+    from titan.chaos.runner import ChaosResult, RunProgress
+    from titan.chaos.scenario import Scenario
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -55,7 +55,7 @@ def chaos(
         return
     if scenario is None:
         _usage("give a SCENARIO: a YAML file or a shipped scenario's name (--list shows them)")
-    from titan.bench.chaos.loading import load_scenario
+    from titan.chaos.scenario_files import load_scenario
 
     try:
         loaded = load_scenario(scenario)
@@ -65,7 +65,7 @@ def chaos(
     folder = output if output is not None else DEFAULT_OUTPUT / scaled.name
     result = _run(console, scaled, loaded.source, time_scale, folder)
 
-    from titan.bench.chaos.report import write_report
+    from titan.chaos.report import write_report
 
     json_path, html_path = write_report(result, folder)
     _print_verdicts(console, result)
@@ -82,7 +82,7 @@ def _usage(message: str) -> NoReturn:
 def _list(console: Console) -> None:
     from rich.table import Table
 
-    from titan.bench.chaos.loading import load_scenario, shipped_scenarios
+    from titan.chaos.scenario_files import load_scenario, shipped_scenarios
 
     table = Table("scenario", "duration", "what it shows", box=None)
     for name, path in shipped_scenarios().items():
@@ -99,9 +99,9 @@ def _list(console: Console) -> None:
 def _run(
     console: Console, scenario: Scenario, source: str, time_scale: float, folder: Path
 ) -> ChaosResult:
-    from titan.bench.chaos.runner import run_scenario
-    from titan.bench.loadgen.runner import new_event_loop
-    from titan.bench.processes import ServiceError
+    from titan.chaos.processes import ServiceError
+    from titan.chaos.runner import run_scenario
+    from titan.loadgen.runner import new_event_loop
 
     workspace = folder / "run"
     workspace.mkdir(parents=True, exist_ok=True)

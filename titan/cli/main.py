@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from titan.cli.bench import bench_app
+from titan.cli.bench_url import bench_url
 from titan.cli.chaos import chaos
 from titan.cli.config import config_app
 from titan.cli.jobs import jobs_app
@@ -340,7 +340,7 @@ def build_cli() -> typer.Typer:
     # A callback keeps `serve` a subcommand even while it is the only one.
     cli.callback()(lambda: None)
     cli.command("serve")(serve)
-    cli.add_typer(bench_app, name="bench")
+    cli.command("bench")(bench_url)
     cli.add_typer(config_app, name="config")
     cli.add_typer(keys_app, name="keys")
     cli.add_typer(jobs_app, name="jobs")

@@ -1,5 +1,5 @@
-"""``titan plan`` (capacity planning) and ``titan bench planner`` (the simulator against the
-embedded engine). Bad input ends with one line on stderr and exit code 2."""
+"""``titan plan``: capacity planning (``python -m benchmarks planner`` checks its simulator
+against the embedded engine). Bad input ends with one line on stderr and exit code 2."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _fail(message: str) -> typer.Exit:
 
 
 def load_cost_model(path: Path) -> Any:
-    """A calibrated LinearStepCost: ``titan bench planner``'s JSON (its calibration's cost) or
-    a bare mapping of coefficients."""
+    """A calibrated LinearStepCost: ``python -m benchmarks planner``'s JSON (its calibration's
+    cost) or a bare mapping of coefficients."""
     import orjson
 
     from titan.planning.step_cost import LinearStepCost
@@ -156,7 +156,7 @@ def _print_list(kind: str, console: Any, as_json: bool) -> None:
 
         typer.echo(orjson.dumps([dict(zip(header, row, strict=True)) for row in rows]).decode())
         return
-    from titan.bench.report import print_tables
+    from titan.cli.tables import print_tables
 
     print_tables({f"Built-in {'models' if kind == 'models' else 'GPUs'}": (header, rows)}, console)
 
@@ -217,7 +217,8 @@ def plan(
     cost_model: Annotated[
         Path | None,
         typer.Option(
-            help="A calibrated step cost (titan bench planner's JSON) instead of the roofline."
+            help="A calibrated step cost (`python -m benchmarks planner`'s JSON) instead of "
+            "the roofline."
         ),
     ] = None,
     cpu_cores: Annotated[
@@ -256,38 +257,7 @@ def plan(
 
         typer.echo(orjson.dumps(plan_to_dict(capacity)).decode())
         return
-    from titan.bench.report import print_tables
+    from titan.cli.tables import print_tables
 
     print_tables(plan_tables(capacity), console)
     console.print(verdict(capacity))
-
-
-def planner(
-    output: Annotated[
-        Path, typer.Option(help="Markdown file; the planner section is replaced, others kept.")
-    ] = Path("bench/RESULTS.md"),
-    seed: Annotated[int, typer.Option(help="Seed of the traces and prompts.")] = 0,
-    num_threads: Annotated[
-        int | None, typer.Option(min=1, help="Torch threads (default: cores − 1).")
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option("--quick", help="Every phase on a tiny scale (about a minute): a smoke run."),
-    ] = False,
-) -> None:
-    """The planner's simulator against the embedded engine: calibrate, then predict p50/p99
-    TTFT at three held-back rates and measure them."""
-    from titan.bench.planner_bench import PlannerBenchSettings, bench_planner
-    from titan.bench.planner_report import print_console
-    from titan.cli.bench import run_bench
-
-    overrides: dict[str, Any] = {"seed": seed, "num_threads": num_threads}
-    settings = (
-        PlannerBenchSettings.quick(**overrides) if quick else PlannerBenchSettings(**overrides)
-    )
-    run_bench(
-        "planner",
-        lambda progress: bench_planner(settings, output=output, progress=progress),
-        print_console,
-        (RuntimeError, OSError, TitanError),
-    )

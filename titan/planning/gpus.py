@@ -79,7 +79,7 @@ def cpu_spec(
     """A CPU as an accelerator: peak FLOP/s = cores × GHz × FLOP per cycle per core (64: one
     AVX-512 BF16 dot-product unit), and the memory bandwidth this process gets (a server socket
     has 100–300 GB/s; a small VM's share is far less). Measured numbers beat these defaults:
-    ``titan bench planner`` calibrates the embedded engine on this machine."""
+    ``python -m benchmarks planner`` calibrates the embedded engine on this machine."""
     if num_cores < 1:
         raise ValueError(f"a CPU needs at least one core, got {num_cores}")
     flops = num_cores * ghz * 1e9 * bf16_flops_per_cycle

