@@ -141,7 +141,9 @@ async def test_a_stall_silences_the_stream_after_its_first_chunk():
     await anext(stream)
     started_at = time.monotonic()
     await anext(stream)
-    assert time.monotonic() - started_at >= 0.2
+    # The stall began as the first chunk went out, a little before ``started_at``, and asyncio
+    # may fire its timer up to its clock resolution early (seen: 0.1995 s).
+    assert time.monotonic() - started_at >= 0.19
     assert backend.stats()["stalls"] == 1
     await stream.aclose()
 
