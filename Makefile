@@ -45,9 +45,13 @@ $(QEMU_AARCH64):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user \
 	    gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
+# The suite runs on every core (pytest-xdist, a test file per worker so that a module's engine is
+# built once; tests/redis_server.py gives each worker its own Redis database, 9 to 15).
+WORKERS := -n auto --maxprocesses 7 --dist loadfile
+
 test: install $(CHROMIUM) $(QEMU_AARCH64)
-	$(BIN)/ruff check titan tests
-	$(BIN)/python -m pytest
+	$(BIN)/ruff check titan tests benchmarks
+	$(BIN)/python -m pytest $(WORKERS)
 
 lint: install
 	$(BIN)/ruff check titan tests benchmarks
@@ -56,7 +60,7 @@ lint: install
 # The inner loop: lint, then every test that needs no real model, server process, Redis, browser
 # or GPU (the markers of pyproject.toml), in about a minute. `make test` stays the whole suite.
 check: lint
-	$(BIN)/python -m pytest -q -m "not slow and not redis and not browser and not gpu and not bench_smoke"
+	$(BIN)/python -m pytest -q $(WORKERS) -m "not slow and not redis and not browser and not gpu and not bench_smoke"
 
 # The self-benchmarks run end to end at their smallest (`--quick`): their reports' structure,
 # not their numbers. Not part of `make test`.

@@ -10,6 +10,7 @@ skips): the ``redis`` mark means "needs a real Redis", and a missing one is a br
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -21,8 +22,10 @@ import pytest
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
-# Tests use their own database, so a developer's keys in db 0 are never touched.
-TEST_DB = 9
+# Tests use their own database, so a developer's keys in db 0 are never touched; each pytest-xdist
+# worker (gw0, gw1, ...) its own, since a test may clear or count every key of its database.
+FIRST_TEST_DB = 9
+MAX_WORKERS = 16 - FIRST_TEST_DB  # Redis has databases 0-15
 START_TIMEOUT_S = 10.0
 
 
@@ -68,9 +71,17 @@ def redis_server() -> Iterator[str]:
             process.wait()
 
 
+def worker_db() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw"))
+    if index >= MAX_WORKERS:
+        pytest.fail(f"at most {MAX_WORKERS} pytest-xdist workers: one Redis database each")
+    return FIRST_TEST_DB + index
+
+
 @pytest.fixture
 def redis_url(redis_server: str) -> str:
-    return f"{redis_server}/{TEST_DB}"
+    return f"{redis_server}/{worker_db()}"
 
 
 @pytest.fixture

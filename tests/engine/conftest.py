@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,17 @@ def hf_dir() -> Path:
 @pytest.fixture(scope="session")
 def tokenizer(hf_dir: Path) -> Tokenizer:
     return Tokenizer(hf_dir, (2,), 1)
+
+
+@pytest.fixture(scope="session")
+def float32_engine() -> Iterator[Engine]:
+    """One float32 engine (the reference path) for every test that only runs requests to the
+    end on it: outputs never depend on what it ran before (its prefix cache serves the same
+    bits), so sharing it changes nothing but the time. Tests that count steps, blocks or cache
+    hits build their own."""
+    engine = Engine(EngineConfig(dtype="float32"))
+    yield engine
+    assert not engine.has_unfinished, "a test left requests running on the shared engine"
 
 
 def chat(engine: Engine, text: str) -> list[int]:

@@ -130,8 +130,8 @@ def test_aborts_finishes_and_preemptions_leave_the_pool_fully_free(tokenizer):
     engine.kv.pool.check_invariants()
 
 
-def test_stop_strings_finish_with_stop_and_never_leak(tokenizer):
-    engine = Engine(EngineConfig(dtype="float32"))
+def test_stop_strings_finish_with_stop_and_never_leak(tokenizer, float32_engine):
+    engine = float32_engine
     question = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = tokenizer.encode(tokenizer.apply_chat_template(question))
     full = "".join(
@@ -146,8 +146,8 @@ def test_stop_strings_finish_with_stop_and_never_leak(tokenizer):
     assert outputs[-1].stop_reason == stop
 
 
-def test_logprobs_are_consistent_with_greedy_choice(tokenizer):
-    engine = Engine(EngineConfig(dtype="float32"))
+def test_logprobs_are_consistent_with_greedy_choice(tokenizer, float32_engine):
+    engine = float32_engine
     prompt = tokenizer.encode("The capital of France is")
     outputs = _outputs(engine, prompt, SamplingParams(max_tokens=5, temperature=0, logprobs=3))
     entries = [lp for o in outputs for lp in o.logprobs]
@@ -161,8 +161,8 @@ def test_logprobs_are_consistent_with_greedy_choice(tokenizer):
         assert entry.token_bytes.decode("utf-8", errors="replace") == entry.token
 
 
-def test_min_tokens_and_ignore_eos(tokenizer):
-    engine = Engine(EngineConfig(dtype="float32"))
+def test_min_tokens_and_ignore_eos(tokenizer, float32_engine):
+    engine = float32_engine
     prompt = tokenizer.encode(
         tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}])
     )
@@ -186,10 +186,10 @@ def _outputs(engine, prompt, params):
     return outputs
 
 
-def test_hf_directory_serves_like_the_gguf_file(hf_dir, tokenizer):
+def test_hf_directory_serves_like_the_gguf_file(hf_dir, tokenizer, float32_engine):
     prompt = tokenizer.encode("The three primary colors are")
     greedy = SamplingParams(max_tokens=8, temperature=0)
-    from_gguf = Engine(EngineConfig(dtype="float32"))
+    from_gguf = float32_engine
     from_dir = Engine(EngineConfig(model=str(hf_dir), dtype="float32"))
     assert from_gguf.model_name == "SmolLM2-135M-Instruct"
     assert from_dir.model_name == hf_dir.name
@@ -244,7 +244,7 @@ def _first_step(engine: Engine, prompts: dict[str, list[int]]) -> dict[str, dict
     return found
 
 
-def test_bfloat16_answers_like_float32(tokenizer):
+def test_bfloat16_answers_like_float32(tokenizer, float32_engine):
     """bfloat16 matmuls with a float32 residual stream stay close to float32: the first-token
     distributions agree within 0.15 nats, and greedy answers open the same way wherever float32
     decides clearly. (A bfloat16 residual stream answered the first question "L'Étoile, la
@@ -261,7 +261,7 @@ def test_bfloat16_answers_like_float32(tokenizer):
         q: tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}]))
         for q in questions
     }
-    fp32_engine = Engine(EngineConfig(dtype="float32"))
+    fp32_engine = float32_engine
     bf16_engine = Engine(EngineConfig(dtype="bfloat16"))
     fp32_first, bf16_first = _first_step(fp32_engine, prompts), _first_step(bf16_engine, prompts)
     greedy = SamplingParams(max_tokens=12, temperature=0)

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from tests.engine.conftest import run_engine
-from titan.engine.config import EngineConfig
-from titan.engine.engine import Engine
 from titan.engine.model.loader import default_gguf_path
 from titan.engine.sampling_params import SamplingParams
 from titan.engine.tokenizer import Tokenizer
@@ -62,12 +60,11 @@ def hf_greedy(hf_dir, token_lists):
     return outputs
 
 
-def test_greedy_tokens_equal_transformers_generate(hf_dir, tokenizer):
+def test_greedy_tokens_equal_transformers_generate(hf_dir, tokenizer, float32_engine):
     token_lists = prompts(tokenizer)
     expected = hf_greedy(hf_dir, token_lists)
-    engine = Engine(EngineConfig(dtype="float32"))
     got = run_engine(
-        engine,
+        float32_engine,
         {str(i): tokens for i, tokens in enumerate(token_lists)},
         SamplingParams(max_tokens=NUM_NEW_TOKENS, temperature=0.0),
     )

@@ -108,7 +108,7 @@ def test_files_and_vector_stores_deleted_on_one_replica_are_gone_from_the_other(
     for store in (first, second):  # B's index loads both stores' vectors
         hits = on_b.vector_stores.search(store.id, query="adoption leave").data
         assert [hit.file_id for hit in hits] == [handbook.id]
-    index_b = pipeline_b.rag.stores().index
+    index_b = pipeline_b.services.rag.stores().index
     assert index_b.holds(first.id) and index_b.holds(second.id)
     assert HANDBOOK not in raw_redis(shared_redis)  # sealed at rest
 
