@@ -20,6 +20,14 @@ def hf_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kernel_cache() -> Path:
+    """Where the engine caches its compiled kernels: the kernel tests build their other targets
+    there too, under the same key of sources, compiler, flags and target, so a rerun on the same
+    machine compiles only what changed."""
+    return EngineConfig().resolved_cache_dir() / "kernels"
+
+
+@pytest.fixture(scope="session")
 def tokenizer(hf_dir: Path) -> Tokenizer:
     return Tokenizer(hf_dir, (2,), 1)
 

@@ -4,6 +4,7 @@ over threads gives the bits one thread gives."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -33,16 +34,19 @@ def cpu_flags() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CpuKernels]:
-    cache = tmp_path_factory.mktemp("kernels")
+def kernels(kernel_cache: Path) -> dict[str, CpuKernels]:
     flags = cpu_flags()
+    targets = [
+        march
+        for march, needs in TARGETS.items()
+        if (march == "native" or (flags and "x86" in _arch()))
+        and (needs != "avx2" or {"avx2", "fma", "f16c"} <= flags)
+    ]
+    with ThreadPoolExecutor() as pool:  # the compilers run side by side
+        futures = {march: pool.submit(build_library, kernel_cache, march) for march in targets}
+        libraries = {march: future.result() for march, future in futures.items()}
     built = {}
-    for march, needs in TARGETS.items():
-        if march != "native" and (not flags or "x86" not in _arch()):
-            continue
-        if needs == "avx2" and not {"avx2", "fma", "f16c"} <= flags:
-            continue
-        library = build_library(cache, march)
+    for march, library in libraries.items():
         assert library is not None, f"the kernels did not build for -march={march}"
         built[march] = CpuKernels(library, 2)
     yield built

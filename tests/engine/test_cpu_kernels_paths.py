@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.engine.test_cpu_kernels import cpu_flags
-from titan.engine.kernels.build import _FLAGS, SOURCES, compiler
+from titan.engine.kernels.build import _FLAGS, build_library, compiler
 
 # Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
 # test` only, not `make check`.
@@ -26,11 +27,17 @@ ARM_GCC, QEMU, ARM_SYSROOT = "aarch64-linux-gnu-gcc", "qemu-aarch64", "/usr/aarc
 ARM_TARGETS = ("armv8.2-a+dotprod", "armv8-a")  # the NEON dot-product path, the portable one
 
 
-def run_harness(cc: str, march: str, binary: Path, runner: list[str]) -> dict[str, str]:
+def run_harness(
+    cache: Path, cc: str, march: str, binary: Path, runner: list[str]
+) -> dict[str, str]:
+    """The harness linked against the kernels' shared library as the engine builds it for
+    ``march`` (cached with the engine's own builds), run; its ``key value`` lines."""
+    library = build_library(cache, march, cc)
+    assert library is not None, f"the kernels did not build for -march={march} with {cc}"
     flags = [flag for flag in _FLAGS if flag not in ("-shared", "-fPIC")]
-    sources = [str(KERNELS / name) for name in SOURCES if name != "forward.c"]
-    command = [cc, *flags, f"-march={march}", f"-I{KERNELS}", str(HARNESS), *sources, "-lm"]
-    subprocess.run([*command, "-o", str(binary)], check=True, capture_output=True)
+    command = [cc, *flags, f"-march={march}", f"-I{KERNELS}", str(HARNESS), str(library), "-lm"]
+    command += [f"-Wl,-rpath,{library.parent}", "-o", str(binary)]
+    subprocess.run(command, check=True, capture_output=True)
     done = subprocess.run([*runner, str(binary)], check=True, capture_output=True, text=True)
     return dict(line.split(" ", 1) for line in done.stdout.splitlines())
 
@@ -45,17 +52,23 @@ def x86_targets() -> list[str]:
     return targets
 
 
-def test_every_path_computes_the_same_bits(tmp_path: Path):
+def test_every_path_computes_the_same_bits(tmp_path: Path, kernel_cache: Path):
     cc = compiler()
     assert cc is not None
-    runs = {"native": run_harness(cc, "native", tmp_path / "native", [])}
-    for target in x86_targets():
-        runs[target] = run_harness(cc, target, tmp_path / target, [])
+    builds = {target: (cc, target, []) for target in ["native", *x86_targets()]}
     has_arm = shutil.which(ARM_GCC) is not None and shutil.which(QEMU) is not None
     if has_arm:
         for target in ARM_TARGETS:
-            binary = tmp_path / target.replace("+", "-")
-            runs[target] = run_harness(ARM_GCC, target, binary, [QEMU, "-L", ARM_SYSROOT])
+            builds[target] = (ARM_GCC, target, [QEMU, "-L", ARM_SYSROOT])
+
+    def build_and_run(name: str) -> dict[str, str]:
+        compiler_, march, runner = builds[name]
+        binary = tmp_path / name.replace("+", "-")
+        return run_harness(kernel_cache, compiler_, march, binary, runner)
+
+    with ThreadPoolExecutor() as pool:  # the builds run side by side
+        futures = {name: pool.submit(build_and_run, name) for name in builds}
+        runs = {name: future.result() for name, future in futures.items()}
     reference = runs["native"]
     for name, run in runs.items():
         assert run["attention-status"] == "0", name

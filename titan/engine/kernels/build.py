@@ -39,12 +39,12 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
 
 
-def build_library(cache_dir: Path, march: str = "native") -> Path | None:
+def build_library(cache_dir: Path, march: str = "native", cc: str | None = None) -> Path | None:
     """The compiled library, built now if not cached; None when no C compiler works here.
 
-    ``march`` other than ``native`` builds for another target (tests build the AVX2 and portable
-    paths on machines that have more)."""
-    cc = compiler()
+    ``march`` other than ``native`` builds for another target, ``cc`` with another compiler
+    (tests build the AVX2 and portable paths, and the ARM ones with a cross compiler)."""
+    cc = cc or compiler()
     if cc is None:
         log.warning("no C compiler found: the CPU kernels are off (torch's slower paths serve)")
         return None
