@@ -8,27 +8,16 @@ import asyncio
 import pytest
 
 from tests.chaos.factories import scenario_data
+from tests.clock import ManualClock
 from titan.chaos.faults import FaultTimeline, plan_actions
 from titan.chaos.scenario_files import scenario_from_mapping
 from titan.simulate.faults import Fault
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    async def sleep(self, seconds: float) -> None:
-        self.now_s += seconds
-        await asyncio.sleep(0)
-
-
 class FakeTargets:
     """Records each call with the fake time; a start takes ``start_s`` of fake time."""
 
-    def __init__(self, clock: FakeClock, start_s: float = 0.0, failing: str | None = None):
+    def __init__(self, clock: ManualClock, start_s: float = 0.0, failing: str | None = None):
         self.clock = clock
         self.start_s = start_s
         self.failing = failing
@@ -43,7 +32,7 @@ class FakeTargets:
         self.calls.append((self.clock(), "kill", target))
 
     async def start(self, target: str) -> None:
-        self.clock.now_s += self.start_s  # a restart waits until the process answers
+        self.clock.now += self.start_s  # a restart waits until the process answers
         self.calls.append((self.clock(), "start", target))
 
 
@@ -55,14 +44,14 @@ FAULTS = [
 ]  # fmt: skip
 
 
-def timeline(clock: FakeClock, targets: FakeTargets):
+def timeline(clock: ManualClock, targets: FakeTargets):
     scenario = scenario_from_mapping(scenario_data(faults=FAULTS, assertions=[]), "s.yaml")
     actions, occurrences = plan_actions(scenario)
     return FaultTimeline(actions, targets, clock, clock.sleep), occurrences
 
 
 def test_plan_orders_every_action_and_occurrence():
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     runner, occurrences = timeline(clock, FakeTargets(clock))
     assert [(a.at_s, a.kind, a.target) for a in runner.actions] == [
         (1, "inject", "b"), (2, "kill", "a"), (3.5, "start", "a"), (5, "inject", "b"),
@@ -74,7 +63,7 @@ def test_plan_orders_every_action_and_occurrence():
 
 
 async def test_actions_run_at_their_times_and_record_what_happened():
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     targets = FakeTargets(clock, start_s=0.7)
     runner, occurrences = timeline(clock, targets)
     await runner.run()
@@ -90,7 +79,7 @@ async def test_actions_run_at_their_times_and_record_what_happened():
 
 
 async def test_a_failed_action_is_recorded_and_the_rest_runs():
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     targets = FakeTargets(clock, failing="b")
     events: list[str] = []
     runner, occurrences = timeline(clock, targets)
@@ -104,7 +93,7 @@ async def test_a_failed_action_is_recorded_and_the_rest_runs():
 
 async def test_actions_on_one_target_keep_their_order():
     """A slow restart holds back the next action on its target, not the others."""
-    clock = FakeClock()
+    clock = ManualClock(0.0)
     faults = [
         {"at_s": 1, "kind": "kill_restart", "target": "a", "down_s": 0},
         {"at_s": 1.5, "kind": "kill", "target": "a"},
@@ -124,9 +113,9 @@ async def test_actions_on_one_target_keep_their_order():
             order.append(f"start {target}")
 
     async def sleep(seconds: float) -> None:
-        clock.now_s += seconds
+        clock.now += seconds
         await asyncio.sleep(0)
-        if clock.now_s >= 1.5:
+        if clock.now >= 1.5:
             gate.set()
 
     await FaultTimeline(actions, SlowStart(clock), clock, sleep).run()
