@@ -21,6 +21,12 @@ from titan.config.gateway import (
     TitanConfig,
 )
 from titan.config.loading import config_from_mapping, describe, load_config
+from titan.config.replica_metrics import (
+    DeploymentMetrics,
+    LoadScrapeConfig,
+    MetricNames,
+    ModelServer,
+)
 from titan.config.settings import (
     EmbeddedModelConfig,
     LogLevel,
@@ -35,11 +41,15 @@ __all__ = [
     "ALL_UPSTREAM_MODELS",
     "BreakerConfig",
     "Deployment",
+    "DeploymentMetrics",
     "EmbeddedDeployment",
     "EmbeddedModelConfig",
     "HedgeConfig",
+    "LoadScrapeConfig",
     "LogLevel",
+    "MetricNames",
     "ModelConfig",
+    "ModelServer",
     "OpenAIDeployment",
     "Outage",
     "ProbeConfig",

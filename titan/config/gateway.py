@@ -28,6 +28,7 @@ from titan.config.data_at_rest import DataAtRestConfig
 from titan.config.guardrails import GuardrailsConfig
 from titan.config.jobs import JobsConfig
 from titan.config.observability import ObservabilityConfig, SloConfig
+from titan.config.replica_metrics import DeploymentMetrics, LoadScrapeConfig
 from titan.config.settings import ClientConfig, EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -80,6 +81,9 @@ class OpenAIDeployment(_Deployment):
     headers: dict[str, str] = Field(default_factory=dict, repr=False)
     # Features this upstream cannot honour get a clear 400 instead of silence.
     unsupported_fields: tuple[str, ...] = ()
+    # The model server's own load (queue, batch, KV cache), scraped from its Prometheus
+    # endpoint; None: not scraped (OpenAI and most hosted APIs have no such endpoint).
+    metrics: DeploymentMetrics | None = None
 
     @field_validator("base_url")
     @classmethod
@@ -109,6 +113,8 @@ class RoutingConfig(Settings):
     prefix_chars: int = Field(1024, ge=1)
     # ...unless its outstanding requests exceed the least loaded one's by this factor (+1).
     imbalance_factor: float = Field(2.0, ge=1.0)
+    # How often deployments with a ``metrics`` block are scraped, and when a reading is stale.
+    load: LoadScrapeConfig = LoadScrapeConfig()
 
 
 class RetryConfig(Settings):

@@ -7,6 +7,7 @@ from typing import Any
 
 from titan.config import BreakerConfig, Timeouts
 from titan.router.breaker import BreakerState, CircuitBreaker
+from titan.router.load_state import ReplicaLoadTracker
 from titan.router.windows import Clock, PeakEwma
 
 
@@ -26,6 +27,9 @@ class DeploymentState:
     num_attempts: int = 0
     num_successes: int = 0
     num_failures: int = 0
+    # What the model server reports about its own load (openai deployments with a metrics
+    # block; the pipeline's scraper feeds it).
+    load: ReplicaLoadTracker | None = None
 
     @classmethod
     def create(
@@ -39,6 +43,7 @@ class DeploymentState:
         breaker: BreakerConfig,
         now: Clock,
         pool: str = "shared",
+        load: ReplicaLoadTracker | None = None,
     ) -> DeploymentState:
         return cls(
             name,
@@ -49,6 +54,7 @@ class DeploymentState:
             CircuitBreaker(breaker, now),
             latency=PeakEwma(now),
             pool=pool,
+            load=load,
         )
 
     @property
@@ -90,6 +96,7 @@ class DeploymentState:
             "successes": self.num_successes,
             "failures": self.num_failures,
             "weight": self.weight,
+            "load": None if self.load is None else self.load.snapshot(),
         }
 
     @property

@@ -39,6 +39,7 @@ from titan.service.dashboard import Dashboard
 from titan.service.degradation import DegradationLadders
 from titan.service.guard import Guardrails
 from titan.service.jobs import JobsService
+from titan.service.load_scraper import LoadScrapers, ScrapeTarget, scrape_target
 from titan.service.observing import RequestObserver
 from titan.service.policy import PolicyCheck
 from titan.service.probes import run_probes
@@ -111,6 +112,8 @@ class Pipeline:
         self._rag: RagService | None = None
         self._jobs: JobsService | None = None
         self._probe_task: asyncio.Task[None] | None = None
+        self._scrape_targets: list[ScrapeTarget] = []  # filled as the registry is built
+        self._scrapers: LoadScrapers | None = None
         self._sweeper: RetentionSweeper | None = None  # purges expired data (data_at_rest)
 
     def _create(self, model: ModelConfig, index: int, name: str | None) -> Backend:
@@ -199,6 +202,8 @@ class Pipeline:
         self._registry = registry  # last: a registry means ready to route
         if config.probes.enabled:
             self._probe_task = asyncio.create_task(run_probes(registry, config.probes))
+        self._scrapers = LoadScrapers(self._scrape_targets, rng=self._rng)
+        self._scrapers.start()
         if storage.jobs is not None:
             if config.jobs.workers:
                 self._jobs.start_worker()
@@ -281,6 +286,13 @@ class Pipeline:
 
     def _state(self, model: ModelConfig, index: int, backend: Backend) -> DeploymentState:
         deployment = model.deployments[index]
+        discovered = backend.model_ids[0] if model.name == ALL_UPSTREAM_MODELS else None
+        load = (model.routing or self.config.routing).load
+        target = scrape_target(
+            deployment, backend.name, load, now=self._now, discovered_model=discovered
+        )
+        if target is not None:
+            self._scrape_targets.append(target)
         return DeploymentState.create(
             backend.name,
             backend,
@@ -290,6 +302,7 @@ class Pipeline:
             breaker=self.config.breaker,
             now=self._now,
             pool=deployment.pool,
+            load=target.tracker if target is not None else None,
         )
 
     def _routed(self, name: str, states: list[DeploymentState], model: ModelConfig) -> RoutedModel:
@@ -312,6 +325,8 @@ class Pipeline:
         if self._probe_task is not None:
             self._probe_task.cancel()
             await asyncio.gather(self._probe_task, return_exceptions=True)
+        if self._scrapers is not None:
+            await self._scrapers.stop()
         for backend in self.backends():
             try:
                 await backend.shutdown()
