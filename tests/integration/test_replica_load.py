@@ -57,6 +57,8 @@ def test_stats_show_the_vllm_load_and_follow_it():
         assert load["current"] == {
             "waiting": 4.0, "running": 22.0, "kv_usage": 0.375, "prefix_hit_rate": 0.4,
         }  # fmt: skip
+        exported = httpx.get(f"{titan}/metrics").text  # and in Titan's own metrics
+        assert 'titan_replica_kv_cache_usage_perc{deployment="vllm-a",model="m"} 0.375' in exported
         # The server fills up: the next scrapes see it, with the hit rate of the new prompts.
         grown = {"} 3.0\n": "} 30.0\n", "} 3000.0": "} 3800.0", "} 6000.0": "} 7000.0"}
         text = VLLM

@@ -40,7 +40,7 @@ class MetricNames(Settings):
 
 
 class DeploymentMetrics(Settings):
-    """A deployment's ``metrics`` block: scrape its model server's load (see docs/routing.md)."""
+    """A deployment's ``metrics`` block: scrape its model server's load (docs/vllm.md)."""
 
     enabled: bool = True
     # None: the base_url's origin + /metrics (http://vllm:8000/v1 -> http://vllm:8000/metrics).

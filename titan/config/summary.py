@@ -90,6 +90,10 @@ def _deployment(deployment: Deployment) -> str:
             parts.append("headers " + ", ".join(f"{h}={SECRET_MASK}" for h in deployment.headers))
         if deployment.unsupported_fields:
             parts.append(f"unsupported fields {', '.join(deployment.unsupported_fields)}")
+        metrics = deployment.metrics
+        if metrics is not None and metrics.enabled:
+            url = metrics.resolved_url(deployment.base_url)
+            parts.append(f"load from {url} ({metrics.server} names)")
     elif isinstance(deployment, EmbeddedDeployment):
         engine = deployment.engine
         parts = [f"embedded {engine.model or 'bundled SmolLM2-135M-Instruct'}"]

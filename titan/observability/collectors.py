@@ -27,6 +27,14 @@ ENGINE_GAUGES = {
     "num_running": ("titan_engine_num_requests_running", "Sequences in the engine's batch."),
     "num_waiting": ("titan_engine_num_requests_waiting", "Sequences waiting in the engine."),
 }
+# What an upstream model server last reported (a deployment's ``load``; absent when stale).
+REPLICA_GAUGES = {
+    "waiting": ("titan_replica_num_requests_waiting", "Requests the model server queues."),
+    "running": ("titan_replica_num_requests_running", "Requests in the model server's batch."),
+    "kv_usage": ("titan_replica_kv_cache_usage_perc", "The model server's KV cache usage."),
+    "prefix_hit_rate": (
+        "titan_replica_prefix_cache_hit_rate", "Share of prompt tokens its prefix cache served."),
+}  # fmt: skip
 
 
 class LiveState:
@@ -67,6 +75,14 @@ class LiveState:
             key: GaugeMetricFamily(name, text, labels=per_deployment)
             for key, (name, text) in ENGINE_GAUGES.items()
         }
+        replica_gauges = {
+            key: GaugeMetricFamily(name, text, labels=per_deployment)
+            for key, (name, text) in REPLICA_GAUGES.items()
+        }
+        scrape_failures = CounterMetricFamily(
+            "titan_replica_scrape_failures", "Failed scrapes of a model server's metrics.",
+            labels=per_deployment,
+        )  # fmt: skip
         for model, stats in models.items():
             hedges.add_metric([model], stats.get("hedges", 0))
             fallbacks.add_metric([model], stats.get("served_as_fallback", 0))
@@ -84,9 +100,18 @@ class LiveState:
                 for key, family in engine_gauges.items():
                     if key in backend:
                         family.add_metric(labels, backend[key])
+                load = deployment.get("load")
+                if load is not None:
+                    scrape_failures.add_metric(labels, load["failures"])
+                    current = load["current"] or {}
+                    for key, family in replica_gauges.items():
+                        if current.get(key) is not None:
+                            family.add_metric(labels, current[key])
         yield from (hedges, fallbacks, attempts, breaker, outstanding)
         yield from engine_counters.values()
         yield from engine_gauges.values()
+        yield from replica_gauges.values()
+        yield scrape_failures
 
 
 class SemanticBudgetState:
