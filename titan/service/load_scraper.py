@@ -136,15 +136,13 @@ class LoadScrapers:
                     raise ValueError(f"{reply.content_length} bytes of metrics")
                 body = await reply.read()
             text = body.decode("utf-8")
-        except asyncio.CancelledError:
-            raise
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except Exception as exc:  # connection, timeout, status, decoding: the loop goes on
             self._failed(group, exc)
             return
         for target in group:
             try:
                 exposition = parse_exposition(text, target.names, target.model_name)
-            except ValueError as exc:  # not Prometheus text
+            except Exception as exc:  # not Prometheus text (ValueError, or worse)
                 self._failed([target], exc)
                 continue
             if target.tracker.last_error is not None:
