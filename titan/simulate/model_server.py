@@ -19,6 +19,7 @@ import math
 from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 from titan.config.simulation import ModelServerProfile
@@ -49,6 +50,12 @@ class _NoRecorder:
         pass
 
 
+class SequenceState(StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    DONE = "done"  # finished or aborted: it holds no blocks
+
+
 class Sequence:
     """One request in the server. ``num_tokens``: prompt + generated so far; ``num_computed``
     catches up with it (prefill chunks, prefix hits and decodes alike)."""
@@ -67,6 +74,7 @@ class Sequence:
         "num_tokens",
         "prompt",
         "scheduled_s",
+        "state",
     )
 
     def __init__(self, id_: int, prompt: PromptTokens, num_output: int, arrival_s: float):
@@ -80,6 +88,7 @@ class Sequence:
         self.num_cached_tokens = 0  # prompt tokens found in the prefix cache at first admission
         self.num_preemptions = 0
         self.blocks: list[int] = []
+        self.state = SequenceState.WAITING
         self.scheduled_s = math.nan
         self.first_token_s = math.nan
         self.finish_s = math.nan
@@ -142,10 +151,11 @@ class ModelServer:
 
     def abort(self, sequence: Sequence) -> None:
         """The client left: its blocks go back (a step under way still counts its tokens)."""
-        if sequence in self.running:
+        if sequence.state is SequenceState.RUNNING:
             self.running.remove(sequence)
-        elif sequence in self.waiting:
+        elif sequence.state is SequenceState.WAITING:
             self.waiting.remove(sequence)
+        sequence.state = SequenceState.DONE
         self._release(sequence)
 
     def advance(self, now_s: float) -> list[Sequence]:
@@ -181,7 +191,7 @@ class ModelServer:
         for sequence in list(self.running):
             if budget <= 0:
                 break
-            if sequence not in self.running:
+            if sequence.state is not SequenceState.RUNNING:
                 continue  # preempted for an earlier one in this loop
             num_new = min(sequence.num_tokens - sequence.num_computed, budget)
             while not self._allocate(sequence, num_new):
@@ -210,6 +220,7 @@ class ModelServer:
                 sequence.scheduled_s = now_s
                 sequence.num_cached_tokens = sequence.num_computed
             self.recorder.on_admitted(sequence, sequence.num_computed)
+            sequence.state = SequenceState.RUNNING
             self.running.append(sequence)
             work.append((sequence, sequence.num_computed, num_new))
             budget -= num_new
@@ -244,7 +255,7 @@ class ModelServer:
         victim = next(s for s in reversed(self.running) if s.id not in scheduled)
         self.running.remove(victim)
         self._release(victim)
-        victim.num_computed = 0
+        victim.state = SequenceState.WAITING
         victim.num_preemptions += 1
         self.waiting.appendleft(victim)  # it goes first when blocks come back
         self.num_preemptions += 1
@@ -259,7 +270,7 @@ class ModelServer:
         moved: list[Sequence] = []
         num_generated = 0
         for sequence, start, num_new in step.work:
-            if sequence not in self.running:
+            if sequence.state is not SequenceState.RUNNING:
                 continue  # aborted while the step ran
             sequence.num_computed = start + num_new
             if sequence.num_computed < sequence.num_tokens:
@@ -273,6 +284,7 @@ class ModelServer:
                 self.recorder.on_first_token(sequence)
             if sequence.is_finished:
                 sequence.finish_s = step.end_s
+                sequence.state = SequenceState.DONE
                 self.running.remove(sequence)
                 self._release(sequence)
                 self.recorder.on_finished(sequence)
