@@ -8,7 +8,6 @@ step starts when the last one ended, and ``advance`` catches up with every step 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -55,11 +54,10 @@ class ServerDriver:
         self._changed.pop(sequence.id, None)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     async def _run(self) -> None:
         while True:
