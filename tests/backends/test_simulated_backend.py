@@ -13,6 +13,7 @@ import pytest
 from titan.backends.base import Backend
 from titan.backends.simulated import SimulatedBackend
 from titan.config import Outage, SimulatedDeployment, SimulationProfile
+from titan.config.simulation import ModelServerProfile, StepCostProfile
 from titan.errors import ServiceUnavailableError, UpstreamConnectionError, UpstreamError
 from titan.protocol import (
     ChatCompletion,
@@ -215,3 +216,43 @@ async def test_an_outage_beginning_mid_stream_cuts_it_after_its_chunks():
     assert len(received) == 2  # the tokens due at 0.01 and 0.06
     stats = backend.stats()
     assert (stats["cuts"], stats["cancelled"], stats["active_streams"]) == (1, 0, 0)
+
+
+# ---- model-server mode (profile.server) ----------------------------------------------------
+
+SERVED = SimulationProfile(
+    output_tokens=3,
+    server=ModelServerProfile(
+        kv_cache_tokens=4096, step_cost=StepCostProfile(fixed_s=0.002, per_token_s=0.0001)
+    ),
+)
+SYSTEM = {"role": "system", "content": "Reply briefly and kindly. " * 300}  # ~1,900 tokens
+
+
+async def test_model_server_mode_caches_a_shared_prefix_and_counts_real_prompt_tokens():
+    backend = await started(SERVED)
+    try:
+        timings = []
+        for question in ("Hi?", "Bye?"):
+            began = time.monotonic()
+            answer = await backend.complete(
+                chat(messages=[SYSTEM, {"role": "user", "content": question}])
+            )
+            timings.append(time.monotonic() - began)
+            assert answer.usage.prompt_tokens > 1900 and answer.usage.completion_tokens == 3
+        assert timings[0] > 0.19  # the whole prompt's prefill at 0.1 ms a token
+        assert timings[1] < timings[0] / 2  # its cached blocks are skipped
+        chunks = await collect(backend.stream(chat(messages=[SYSTEM], stream=True)))
+        assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) == 3
+    finally:
+        await backend.shutdown()
+
+
+async def test_model_server_mode_refuses_a_prompt_the_kv_cache_cannot_hold():
+    backend = await started(SERVED)
+    try:
+        with pytest.raises(UpstreamError) as caught:
+            await backend.complete(completion(prompt="x" * 20_000))
+        assert caught.value.status_code == 400 and not caught.value.is_retryable
+    finally:
+        await backend.shutdown()

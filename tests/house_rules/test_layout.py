@@ -24,7 +24,8 @@ ALLOWED = {
     "titan.protocol": set(),
     "titan.observability": set(),
     "titan.router": set(),
-    "titan.simulate": {"titan.protocol"},
+    # The model-server mode's step cost is the planner's (pure).
+    "titan.simulate": {"titan.protocol", "titan.planning"},
     "titan.api": {"titan.service", "titan.protocol", "titan.observability"},
     "titan.service": {
         "titan.backends",

@@ -15,7 +15,9 @@ from titan.errors import ConfigError
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "profiles"
 
 
-@pytest.mark.parametrize("name", ["steady", "spiky", "flaky", "outage", "stalls"])
+@pytest.mark.parametrize(
+    "name", ["steady", "spiky", "flaky", "outage", "stalls", "model-server", "model-server-half"]
+)
 def test_example_profiles_load_and_say_what_they_model(name: str):
     path = EXAMPLES / f"{name}.yaml"
     assert path.read_text().startswith(f"# {name}: ")
@@ -28,6 +30,13 @@ def test_examples_model_what_their_names_say():
     assert (flaky.error_probability, flaky.error_status) == (0.03, 503)
     (outage,) = load_profile(EXAMPLES / "outage.yaml").outages
     assert outage.duration_s == 10 and outage.status is None
+    full = load_profile(EXAMPLES / "model-server.yaml").server
+    half = load_profile(EXAMPLES / "model-server-half.yaml").server
+    assert full is not None and half is not None
+    assert half.kv_cache_tokens * 2 == full.kv_cache_tokens
+    assert half.step_cost.fixed_s == 2 * full.step_cost.fixed_s
+    assert half.step_cost.per_token_s == 2 * full.step_cost.per_token_s
+    assert load_profile(EXAMPLES / "steady.yaml").server is None
 
 
 @pytest.mark.parametrize(
@@ -41,6 +50,7 @@ def test_examples_model_what_their_names_say():
         ("spike_probability: 2\n", "invalid value for 'spike_probability'"),
         ("- a list\n", "a profile is a mapping"),
         ("ttft_s: [1\n", "not valid YAML"),
+        ("server:\n  kv_cache: 10\n", "unknown key 'server.kv_cache'"),
     ],
 )
 def test_a_bad_profile_names_the_file_and_the_key(tmp_path: Path, text: str, expected: str):

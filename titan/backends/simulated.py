@@ -37,6 +37,8 @@ from titan.simulate import (
     SimulationCounters,
     Stopwatch,
 )
+from titan.simulate.driver import ServerDriver, ServerTimeline, queue_request
+from titan.simulate.model_server import ModelServer, RequestTooLong
 from titan.simulate.wire import (
     AnswerHead,
     error_type,
@@ -72,6 +74,11 @@ class SimulatedBackend:
         self._name = name
         self._model_name = model_name
         self._simulation = Simulation(deployment.profile, now)
+        # Opt-in (profile.server): a model server's steps pace the answers, as over HTTP.
+        server = deployment.profile.server
+        self._driver = (
+            None if server is None else ServerDriver(ModelServer(server), self._simulation.now)
+        )
         self._counters = SimulationCounters()
         self._is_ready = False
         self._created = int(time.time())
@@ -98,6 +105,8 @@ class SimulatedBackend:
 
     async def shutdown(self) -> None:
         self._is_ready = False
+        if self._driver is not None:
+            await self._driver.stop()
 
     def model_card(self, model_id: str) -> ModelCard:
         return ModelCard(id=model_id, created=self._created, owned_by="simulated")
@@ -116,7 +125,7 @@ class SimulatedBackend:
 
     async def complete(self, request: ClientRequest) -> Answer:
         plan, head = self._begin(request)
-        pacer = Pacer(plan)
+        pacer, num_prompt_tokens = self._pacer(plan, request)
         counters = self._counters
         counters.num_active += 1
         try:
@@ -129,15 +138,16 @@ class SimulatedBackend:
             raise
         finally:
             counters.num_active -= 1
+            self._release(pacer)
         counters.num_completed += 1
-        answer = whole_answer(head, plan, estimate_prompt_tokens(request.body))
+        answer = whole_answer(head, plan, num_prompt_tokens)
         model = ChatCompletion if head.endpoint == "chat" else Completion
         return model.model_validate(answer)
 
     async def stream(self, request: ClientRequest) -> AsyncIterator[Answer]:
         # Refusals raise here, at the first __anext__, before any chunk.
         plan, head = self._begin(request)
-        pacer = Pacer(plan)
+        pacer, num_prompt_tokens = self._pacer(plan, request)
         model = ChatCompletionChunk if head.endpoint == "chat" else Completion
         counters = self._counters
         counters.num_active += 1
@@ -151,7 +161,7 @@ class SimulatedBackend:
             await pacer.until_finish()
             tail = [finish_chunk(head, plan.finish_reason)]
             if request.parsed.include_usage:
-                tail.append(usage_chunk(head, estimate_prompt_tokens(request.body), plan))
+                tail.append(usage_chunk(head, num_prompt_tokens, plan))
             is_finished = True  # all that is left is made: a consumer leaving now loses nothing
             counters.num_completed += 1
             for chunk in tail:
@@ -163,6 +173,7 @@ class SimulatedBackend:
         finally:
             counters.num_active -= 1
             counters.num_active_streams -= 1
+            self._release(pacer)
             # Closed early (client gone, a hedge that lost) or cancelled mid-sleep.
             counters.num_cancelled += not is_finished
 
@@ -175,6 +186,29 @@ class SimulatedBackend:
         if plan.failure is not None:
             raise self._error(plan.failure)
         return plan, AnswerHead.new(request.endpoint, self._model_name)
+
+    def _pacer(
+        self, plan: RequestPlan, request: ClientRequest
+    ) -> tuple[Pacer | ServerTimeline, int]:
+        """What paces the answer (the plan's times, or the model server's steps), and the
+        prompt's tokens. Raises a 400 UpstreamError for a request the KV cache cannot hold."""
+        if self._driver is None:
+            return Pacer(plan), estimate_prompt_tokens(request.body)
+        try:
+            timeline = queue_request(self._driver, request.body, plan.num_output_tokens)
+        except RequestTooLong as exc:
+            raise UpstreamError(
+                f"{self._name}: {exc}",
+                status_code=400,
+                is_retryable=False,
+                error_type="invalid_request_error",
+                code="context_length_exceeded",
+            ) from None
+        return timeline, timeline.num_prompt_tokens
+
+    def _release(self, pacer: Pacer | ServerTimeline) -> None:
+        if isinstance(pacer, ServerTimeline) and self._driver is not None:
+            self._driver.release(pacer.sequence)
 
     def _error(self, failure: Failure) -> UpstreamError:
         message = f"{self._name}: {failure.message}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from titan.config.settings import Settings
 
@@ -14,6 +14,39 @@ class Outage(Settings):
     start_s: float = Field(ge=0)
     duration_s: float = Field(gt=0)
     status: int | None = Field(None, ge=400, le=599)  # None: connections are reset
+
+
+class StepCostProfile(Settings):
+    """One engine step's seconds: fixed + per_token·tokens + per_pair·attention pairs +
+    per_seq·sequences (titan.planning's LinearStepCost; ``titan plan`` calibrates one)."""
+
+    fixed_s: float = Field(0.005, ge=0)  # weights read once per step
+    per_token_s: float = Field(0.00003, ge=0)  # matmuls: prefill and decode tokens alike
+    per_pair_s: float = Field(0.0, ge=0)  # attention (query, key) pairs: long contexts
+    per_seq_s: float = Field(0.0, ge=0)  # sampling and bookkeeping per sequence
+
+
+class ModelServerProfile(Settings):
+    """A vLLM-like model server: a KV cache of ``kv_cache_tokens`` in blocks, prefix caching,
+    continuous batching under a step-cost model, a waiting queue. Its timings replace the
+    profile's ``ttft_s``, ``inter_token_s``, spikes and stalls; errors and outages still apply."""
+
+    kv_cache_tokens: int = Field(65_536, ge=1)
+    block_size: int = Field(16, ge=1)
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    enable_prefix_caching: bool = True
+    step_cost: StepCostProfile = StepCostProfile()
+
+    @model_validator(mode="after")
+    def _holds_a_block(self) -> ModelServerProfile:
+        if self.kv_cache_tokens < self.block_size:
+            raise ValueError("kv_cache_tokens must hold at least one block (block_size)")
+        return self
+
+    @property
+    def num_blocks(self) -> int:
+        return self.kv_cache_tokens // self.block_size
 
 
 class SimulationProfile(Settings):
@@ -36,3 +69,5 @@ class SimulationProfile(Settings):
     # Resets: with this probability the connection drops before any byte.
     reset_probability: float = Field(0.0, ge=0, le=1)
     outages: tuple[Outage, ...] = ()
+    # None: scripted latencies (above). Set: a model server decides them (opt-in).
+    server: ModelServerProfile | None = None

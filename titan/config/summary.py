@@ -128,6 +128,8 @@ def _profile(profile: SimulationProfile) -> str:
         parts.append(f"resets {profile.reset_probability:.0%}")
     if profile.outages:
         parts.append(f"{len(profile.outages)} outage(s)")
+    if profile.server is not None:
+        parts.append(f"model server: {profile.server.kv_cache_tokens}-token KV cache")
     return ", ".join(parts) + ")"
 
 

@@ -48,8 +48,11 @@ from titan.simulate.behaviour import (
     retry_after_header,
 )
 from titan.simulate.counters import SimulationCounters
+from titan.simulate.driver import ServerDriver, ServerTimeline, queue_request
 from titan.simulate.faults import RUNTIME_FAULT, FaultBoard
+from titan.simulate.model_server import ModelServer, RequestTooLong
 from titan.simulate.pacing import ConnectionCut, Pacer
+from titan.simulate.server_metrics import CONTENT_TYPE, ServerMetrics
 from titan.simulate.wire import (
     AnswerHead,
     SimulatedEndpoint,
@@ -123,7 +126,7 @@ class _ChunkTemplate:
 class _Job:
     """One request's answer, planned and waiting to be sent."""
 
-    pacer: Pacer
+    pacer: Pacer | ServerTimeline
     plan: RequestPlan
     head: AnswerHead
     num_prompt_tokens: int
@@ -160,6 +163,13 @@ class _Simulator:
         # Injected faults reshape the plans; their own seed keeps the profile's draws intact.
         self.faults = FaultBoard(self.simulation.now, seed=profile.seed + 1)
         self.slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        # Opt-in (profile.server): a model server decides the timings and serves /metrics.
+        self.driver: ServerDriver | None = None
+        if profile.server is not None:
+            self.metrics = ServerMetrics(model_name)
+            model_server = ModelServer(profile.server, self.metrics)
+            self.metrics.watch(model_server)
+            self.driver = ServerDriver(model_server, self.simulation.now)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -167,6 +177,8 @@ class _Simulator:
         if isinstance(self.simulation.now, Stopwatch):
             self.simulation.now.restart()
         yield
+        if self.driver is not None:
+            await self.driver.stop()
 
     # ---- routes -------------------------------------------------------------------------
 
@@ -213,6 +225,9 @@ class _Simulator:
     async def stats(self, request: Request) -> ASGIApp:
         return _json(self.counters.as_dict())
 
+    async def prometheus(self, request: Request) -> ASGIApp:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
     # ---- answering ----------------------------------------------------------------------
 
     async def _answer(self, request: Request, endpoint: SimulatedEndpoint) -> ASGIApp:
@@ -235,11 +250,27 @@ class _Simulator:
             include_usage=wants_usage(body),
         )
         answer = self._stream if wants_stream(body) else self._whole
+        if self.driver is not None:
+            return self._served(body, order, answer, self.driver)
         if self.slots is None:
             work = functools.partial(answer, job=order.start())  # times count from the arrival
         else:
             work = functools.partial(self._in_turn, order=order, answer=answer, slots=self.slots)
         return _UnlessDisconnected(work, self.counters)
+
+    def _served(
+        self, body: dict[str, Any], order: _Order, answer: Callable[..., Any], driver: ServerDriver
+    ) -> ASGIApp:
+        """Queued in the model server now: its steps pace the answer (max_num_seqs bounds it)."""
+        try:
+            timeline = queue_request(driver, body, order.plan.num_output_tokens)
+        except RequestTooLong as exc:
+            return _json(error_body(str(exc), 400, "context_length_exceeded"), 400)
+        plan, head, usage = order.plan, order.head, order.include_usage
+        job = _Job(timeline, plan, head, timeline.num_prompt_tokens, usage)
+        return _UnlessDisconnected(
+            lambda send: timeline.attend(answer(send, job=job)), self.counters
+        )
 
     async def _in_turn(
         self,
@@ -358,6 +389,8 @@ def create_simulator_app(
             Route("/simulation/faults", simulator.list_faults, methods=["GET"]),
             Route("/simulation/faults", simulator.clear_faults, methods=["DELETE"]),
         ]
+    if profile.server is not None:
+        routes.append(Route("/metrics", simulator.prometheus, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=simulator.lifespan)
     app.state.simulator = simulator
     return app
