@@ -8,7 +8,9 @@ import typer
 from benchmarks import engine_commands, gateway_commands
 
 ENGINE = ("engine", "structured", "planner", "quality", "cuda", "constrained", "llamacpp")
-GATEWAY = ("gateway", "admission", "cache", "context", "jobs", "observability", "loadgen")
+GATEWAY = (
+    "gateway", "admission", "cache", "context", "jobs", "observability", "loadgen", "routing",
+)  # fmt: skip
 
 
 def build_app() -> typer.Typer:

@@ -276,3 +276,28 @@ def loadgen(
         overrides["duration_s"] = duration
     settings = LoadgenSettings.quick(**overrides) if quick else LoadgenSettings(**overrides)
     run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError))
+
+
+def routing(
+    output: OutputOption = DEFAULT_OUTPUT,
+    policies: Annotated[
+        str, typer.Option(help="Comma-separated routing policies to compare.")
+    ] = "round_robin,p2c_ewma,prefix_affinity,scored",
+    duration: Annotated[
+        float | None, typer.Option(min=1, help="Seconds per sweep rate (default: 20, 2 quick).")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small workloads, two rates (a smoke run).")
+    ] = False,
+) -> None:
+    """Routing policies over four simulated model servers (one at half capacity): TTFT, the
+    knee, prefix-cache hit rate per replica and imbalance, on shared-prefix and unique traffic."""
+    from benchmarks.routing_bench import RoutingSettings
+    from benchmarks.routing_report import BENCHMARK
+    from titan.chaos.processes import ServiceError
+
+    overrides: dict[str, Any] = {"policies": tuple(p.strip() for p in policies.split(","))}
+    if duration is not None:
+        overrides["duration_s"] = duration
+    settings = RoutingSettings.quick(**overrides) if quick else RoutingSettings(**overrides)
+    run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError))

@@ -1,0 +1,166 @@
+"""Routing policies over a fleet of simulated model servers (issue 24).
+
+Four ``titan simulate`` processes in model-server mode (a KV cache with prefix caching,
+continuous batching on a step-cost model, vLLM's metrics; docs/simulator.md), one of them at half
+the capacity, behind one ``titan serve`` whose only setting that changes is
+``routing.policy``. For every policy and workload the fleet starts afresh (empty caches), then an
+open-loop rate sweep runs the workload through Titan: time to first token at each rate, the knee
+(the highest rate whose TTFT SLO attainment is at least 90%), and each replica's prefix-cache hit
+rate and share of the requests, read from its own /metrics afterwards.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.base import Progress, Results
+from benchmarks.routing_workloads import WORKLOADS, WorkloadShape, build
+from titan.chaos.processes import Services, free_port, titan_argv
+from titan.loadgen.client import LoadTarget
+from titan.loadgen.metrics import Slo
+from titan.loadgen.sweep import find_knee, rate_points, run_sweep
+
+MODEL = "sim"
+POLICIES = ("round_robin", "p2c_ewma", "prefix_affinity", "scored")
+# vLLM-like replicas: three full ones and one with half the KV cache and every step twice as long.
+FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.00003}}
+HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.00006}}
+
+
+@dataclass(frozen=True)
+class RoutingSettings:
+    policies: tuple[str, ...] = POLICIES
+    workloads: tuple[str, ...] = WORKLOADS
+    rates: tuple[float, ...] = (10.0, 20.0, 40.0, 60.0, 80.0)  # requests/s, the sweep
+    duration_s: float = 20.0  # per rate
+    slo_ttft_s: float = 1.0
+    replicas: tuple[str, ...] = ("full", "full", "full", "half")
+    shape: WorkloadShape = field(default_factory=WorkloadShape)
+    seed: int = 0
+    timeout_s: float = 60.0
+    is_quick: bool = False
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> RoutingSettings:
+        shape = WorkloadShape(num_tenants=5, system_tokens=500, num_conversations=10, turns=3,
+                              num_unique=50, unique_tokens=100)  # fmt: skip
+        quick = cls(rates=(5.0, 10.0), duration_s=2.0, shape=shape, is_quick=True)
+        return replace(quick, **overrides)
+
+
+def _profile(kind: str, seed: int) -> dict[str, Any]:
+    return {"seed": seed, "output_tokens": 16, "server": FULL if kind == "full" else HALF}
+
+
+def _titan_config(simulators: list[str], policy: str) -> dict[str, Any]:
+    deployments = [
+        {
+            "backend": "openai",
+            "base_url": f"{url}/v1",
+            "api_key": "none",
+            "upstream_model": "simulated",
+            "metrics": {"server": "vllm"},
+        }
+        for url in simulators
+    ]
+    return {
+        "models": [{"name": MODEL, "deployments": deployments}],
+        "routing": {"policy": policy},
+        "hedge": {"enabled": False},  # a hedge is a second prefill: the same for every policy
+    }
+
+
+def replica_counters(base_url: str) -> dict[str, float]:
+    """Prefix-cache hits and queries (tokens) and finished requests, from a replica's /metrics."""
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    wanted = {
+        "vllm:prefix_cache_hits": "hits",
+        "vllm:prefix_cache_queries": "queries",
+        "vllm:request_success": "requests",
+    }
+    found = dict.fromkeys(wanted.values(), 0.0)
+    for family in text_string_to_metric_families(text):
+        key = wanted.get(family.name)
+        if key is not None:
+            found[key] += sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return found
+
+
+def _start_fleet(services: Services, settings: RoutingSettings, work: Path) -> list[str]:
+    urls = []
+    for index, kind in enumerate(settings.replicas):
+        profile = work / f"replica-{index}.yaml"
+        profile.write_text(yaml.safe_dump(_profile(kind, settings.seed + index)))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = titan_argv("simulate", "--port", str(port), "--profile", str(profile))
+        services.start(f"replica-{index}", argv, url, work, ready_path="/health", timeout_s=30)
+        urls.append(url)
+    return urls
+
+
+def run_case(settings: RoutingSettings, policy: str, workload: str, work: Path) -> Results:
+    """One policy on one workload, on a fresh fleet."""
+    with Services() as services:
+        replicas = _start_fleet(services, settings, work)
+        config = work / f"titan-{policy}-{workload}.yaml"
+        config.write_text(yaml.safe_dump(_titan_config(replicas, policy)))
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = titan_argv("serve", "--config", str(config), "--port", str(port))
+        services.start(f"titan-{policy}-{workload}", argv, url, work, ready_path="/ready",
+                       timeout_s=60, env={"TITAN_STORAGE": "memory://"})  # fmt: skip
+        num_requests = int(max(settings.rates) * settings.duration_s)
+        load = build(workload, settings.shape, settings.seed, num_requests)
+        points = run_sweep(
+            LoadTarget(f"{url}/v1", MODEL),
+            rate_points(settings.rates, seed=settings.seed),
+            load,
+            slo=Slo(ttft_s=settings.slo_ttft_s),
+            duration_s=settings.duration_s,
+            timeout_s=settings.timeout_s,
+        )
+        counters = [replica_counters(replica) for replica in replicas]
+    knee = find_knee(points)
+    return {
+        "points": [
+            {
+                "rate": p.load,
+                "ttft_s": p.summary["ttft_s"],
+                "attainment": p.attainment,
+                "throughput": p.summary["request_throughput"],
+                "failed": p.summary["num_failed"],
+            }
+            for p in points
+        ],
+        "knee_rate": None if knee is None else knee.load,
+        "knee_throughput": None if knee is None else knee.summary["request_throughput"],
+        "replicas": [
+            {"kind": kind, **c, "hit_rate": c["hits"] / c["queries"] if c["queries"] else None}
+            for kind, c in zip(settings.replicas, counters, strict=True)
+        ],
+    }
+
+
+def run(settings: RoutingSettings, progress: Progress) -> Results:
+    with tempfile.TemporaryDirectory(prefix="titan-routing-") as work:
+        return run_in(settings, progress, Path(work))
+
+
+def run_in(settings: RoutingSettings, progress: Progress, work: Path) -> Results:
+    cases: dict[str, dict[str, Results]] = {}
+    for workload in settings.workloads:
+        for policy in settings.policies:
+            progress(f"{workload}: {policy}")
+            case_dir = work / f"{workload}-{policy}"
+            case_dir.mkdir(parents=True, exist_ok=True)
+            cases.setdefault(workload, {})[policy] = run_case(settings, policy, workload, case_dir)
+    return {"cases": cases}

@@ -1,0 +1,83 @@
+"""The routing benchmark (issue 24): its workloads share prefixes as they claim, its targets
+judge the right ratios, and a quick run goes end to end through a real fleet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks.base import measure
+from benchmarks.routing_bench import RoutingSettings
+from benchmarks.routing_report import BENCHMARK, targets
+from benchmarks.routing_workloads import WorkloadShape, build
+
+SHAPE = WorkloadShape(num_tenants=3, system_tokens=200, num_conversations=4, turns=3,
+                      num_unique=20, unique_tokens=50)  # fmt: skip
+
+
+def _text(body: dict) -> str:
+    return "\n".join(message["content"] for message in body["messages"])
+
+
+def test_tenants_repeat_their_long_system_prompts():
+    bodies = build("tenants", SHAPE, seed=0, num_requests=30).bodies
+    systems = {body["messages"][0]["content"] for body in bodies}
+    assert len(systems) == SHAPE.num_tenants
+    assert all(len(system) >= 4 * SHAPE.system_tokens for system in systems)
+    assert len({body["messages"][1]["content"] for body in bodies}) == len(bodies)
+
+
+def test_each_conversation_turn_extends_the_previous_one():
+    bodies = build("conversations", SHAPE, seed=0, num_requests=0).bodies
+    assert len(bodies) == SHAPE.num_conversations * SHAPE.turns
+    for index in range(SHAPE.num_conversations, len(bodies)):
+        earlier, later = bodies[index - SHAPE.num_conversations], bodies[index]
+        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+        assert len(later["messages"]) == len(earlier["messages"]) + 2  # its answer, a question
+
+
+def test_unique_prompts_share_no_prefix_and_the_seed_decides():
+    bodies = build("unique", SHAPE, seed=0, num_requests=0).bodies
+    assert len({_text(body)[:20] for body in bodies}) == len(bodies)
+    assert build("unique", SHAPE, seed=0, num_requests=0) == build("unique", SHAPE, 0, 0)
+    assert build("unique", SHAPE, seed=1, num_requests=0) != build("unique", SHAPE, 0, 0)
+    with pytest.raises(ValueError, match="no workload 'typo'"):
+        build("typo", SHAPE, 0, 0)
+
+
+def _case(p99: float, knee: float) -> dict:
+    point = {"rate": 10.0, "ttft_s": {"p50": p99 / 2, "p99": p99}, "attainment": 1.0}
+    return {"points": [point], "knee_rate": knee, "knee_throughput": knee, "replicas": []}
+
+
+def test_targets_compare_scored_with_p2c_ewma():
+    results = {"cases": {
+        "tenants": {"p2c_ewma": _case(2.0, 10.0), "scored": _case(0.9, 16.0)},
+        "unique": {"p2c_ewma": _case(1.0, 10.0), "scored": _case(1.1, 9.0)},
+    }}  # fmt: skip
+    verdicts = {check["name"].split(",")[0]: check for check in targets(results)}
+    assert verdicts["tenants: TTFT p99 at 10/s"]["passed"] is True  # 0.45x
+    assert verdicts["tenants: throughput at the knee"]["value"] == pytest.approx(1.6)
+    assert verdicts["unique: TTFT p99 at 10/s"]["passed"] is False  # 1.10x > 1.05x
+    assert verdicts["unique: throughput at the knee"]["passed"] is False  # 0.90x
+    assert targets({"cases": {"tenants": {"p2c_ewma": _case(1.0, 1.0)}}}) == []
+
+
+@pytest.mark.bench_smoke
+def test_quick_run_sweeps_each_policy_on_a_fresh_fleet(tmp_path: Path):
+    output = tmp_path / "RESULTS.md"
+    settings = RoutingSettings.quick(policies=("round_robin", "prefix_affinity"))
+    outcome = measure(BENCHMARK, settings, output)
+    cases = outcome.results["cases"]
+    assert set(cases) == {"tenants", "conversations", "unique"}
+    for workload in cases.values():
+        for case in workload.values():
+            assert [point["rate"] for point in case["points"]] == list(settings.rates)
+            assert all(point["failed"] == 0 for point in case["points"])
+            assert sum(replica["requests"] for replica in case["replicas"]) > 0
+    # Tenants repeat their system prompts: some replica's cache served some of them.
+    assert any(r["hits"] > 0 for r in cases["tenants"]["prefix_affinity"]["replicas"])
+    assert "<!-- routing-bench:start -->" in output.read_text()
+    assert orjson.loads(outcome.json_path.read_bytes())["cases"] == cases
