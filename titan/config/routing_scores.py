@@ -14,7 +14,8 @@ class ScoreWeights(Settings):
     """A candidate's total is the weighted sum of its scores, each in 0..1."""
 
     prefix: float = Field(3.0, ge=0)  # share of the prompt's leading blocks it probably holds
-    queue: float = Field(2.0, ge=0)  # requests it holds, against the least loaded candidate
+    # Above prefix's weight, so that a long enough queue outweighs a full prefix hit.
+    queue: float = Field(4.0, ge=0)  # requests it holds, against the least loaded candidate
     kv: float = Field(1.0, ge=0)  # 1 - KV-cache usage (its server's, when fresh)
     latency: float = Field(1.0, ge=0)  # the fastest candidate's EWMA TTFB over its own
 
@@ -41,7 +42,7 @@ class ScoredRoutingConfig(Settings):
     prefix: PrefixIndexConfig = PrefixIndexConfig()
     # The queue score falls from 1 (the least loaded candidate) to 0 at this many more requests
     # (per unit of weight): with the default weights a full prefix hit is worth 12 queued ones.
-    queue_scale: float = Field(8.0, gt=0)
+    queue_scale: float = Field(16.0, gt=0)
     # A prompt of at least long_prompt_tokens (4 characters a token) skips deployments whose
     # fresh KV-cache usage is at or above kv_full: it would wait for blocks or preempt others.
     kv_full: float = Field(0.95, gt=0, le=1)
