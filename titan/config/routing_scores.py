@@ -22,7 +22,7 @@ class ScoreWeights(Settings):
     @model_validator(mode="after")
     def _one_counts(self) -> ScoreWeights:
         if not any((self.prefix, self.queue, self.kv, self.latency)):
-            raise ValueError("weights: at least one of prefix, queue, kv, latency must be > 0")
+            raise ValueError("at least one of prefix, queue, kv, latency must be > 0")
         return self
 
 
