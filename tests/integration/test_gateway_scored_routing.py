@@ -33,18 +33,16 @@ def config() -> dict:
 
 
 @pytest.fixture
-async def app() -> AsyncIterator[Starlette]:
+async def served() -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The app, started, and a client of it."""
     app = create_app(config_from_mapping(config(), "test"))
-    async with app.router.lifespan_context(app):
-        await app.state.titan.start_task
-        yield app
-
-
-@pytest.fixture
-async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://titan.test") as client:
-        yield client
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://titan.test") as client,
+    ):
+        await app.state.titan.start_task
+        yield app, client
 
 
 async def ask(client: httpx.AsyncClient, tenant: str, question: str) -> httpx.Response:
@@ -58,7 +56,8 @@ async def ask(client: httpx.AsyncClient, tenant: str, question: str) -> httpx.Re
     return response
 
 
-async def test_shared_prefixes_stick_and_load_spreads(app: Starlette, client, clock):
+async def test_shared_prefixes_stick_and_load_spreads(served, clock):
+    app, client = served
     homes: dict[str, Counter] = {t: Counter() for t in TENANTS}
     for i in range(6):
         for tenant in TENANTS:
@@ -104,7 +103,8 @@ async def test_shared_prefixes_stick_and_load_spreads(app: Starlette, client, cl
     assert all(count > 0 for count in stats["prefix_index_blocks"].values())
 
 
-async def test_a_stream_carries_the_route_header_too(client):
+async def test_a_stream_carries_the_route_header_too(served):
+    _, client = served
     body = {"model": "m", "stream": True, "max_tokens": 2,
             "messages": [{"role": "user", "content": TENANTS["A"]}]}  # fmt: skip
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:

@@ -26,11 +26,10 @@ from urllib.parse import quote
 
 from titan.config.routing_scores import ScoredRoutingConfig
 from titan.router.deployment import DeploymentState
+from titan.router.policies import UNMEASURED_LATENCY_S
 from titan.router.prefix_index import PrefixIndex, block_hashes
 
 ROUTE_HEADER = "x-titan-route"
-# Latency assumed for a deployment with no measurement yet: optimistic, so it gets tried.
-_UNMEASURED_LATENCY_S = 0.001
 _TIE = 1e-9  # totals closer than this are equal (float sums of the same scores)
 
 
@@ -138,7 +137,7 @@ class RouteScoring:
         kvs = [_free_kv(d) for d in candidates]
         known = [kv for kv in kvs if kv is not None]
         neutral_kv = sum(known) / len(known) if known else 0.0
-        latencies = [d.latency.value or _UNMEASURED_LATENCY_S for d in candidates]
+        latencies = [d.latency.value or UNMEASURED_LATENCY_S for d in candidates]
         fastest = min(latencies)
         scores = []
         for d, (length, source), kv, latency in zip(
