@@ -95,7 +95,7 @@ def test_unknown_keys_without_a_close_match_list_the_allowed_ones(tmp_path: Path
         (
             "routing: {policy: round_robbin}",
             "routing.policy: expected one of 'p2c_ewma', 'round_robin', 'least_outstanding', "
-            "'session_affinity' or 'prefix_affinity', got 'round_robbin'; "
+            "'session_affinity', 'prefix_affinity' or 'scored', got 'round_robbin'; "
             "did you mean 'round_robin'?",
         ),
         (

@@ -27,6 +27,7 @@ from titan.config.replica_metrics import (
     MetricNames,
     ModelServer,
 )
+from titan.config.routing_scores import PrefixIndexConfig, ScoredRoutingConfig, ScoreWeights
 from titan.config.settings import (
     EmbeddedModelConfig,
     LogLevel,
@@ -52,10 +53,13 @@ __all__ = [
     "ModelServer",
     "OpenAIDeployment",
     "Outage",
+    "PrefixIndexConfig",
     "ProbeConfig",
     "RequestLimits",
     "RetryConfig",
     "RoutingConfig",
+    "ScoreWeights",
+    "ScoredRoutingConfig",
     "ServerConfig",
     "Settings",
     "SimulatedDeployment",

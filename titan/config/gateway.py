@@ -29,6 +29,7 @@ from titan.config.guardrails import GuardrailsConfig
 from titan.config.jobs import JobsConfig
 from titan.config.observability import ObservabilityConfig, SloConfig
 from titan.config.replica_metrics import DeploymentMetrics, LoadScrapeConfig
+from titan.config.routing_scores import ScoredRoutingConfig
 from titan.config.settings import ClientConfig, EmbeddedModelConfig, ServerConfig, Settings
 from titan.config.simulation import SimulationProfile
 
@@ -52,6 +53,9 @@ class _Deployment(Settings):
     # requests only when no other deployment is up; "interactive" ones never serve batch
     # requests; "shared" ones serve both (batch requests when no batch deployment is up).
     pool: Literal["shared", "interactive", "batch"] = "shared"
+    # routing.policy scored: how many prompt blocks its model server's prefix cache holds
+    # (None: routing.scored.prefix.capacity_blocks).
+    prefix_cache_blocks: int | None = Field(None, ge=1)
 
 
 class EmbeddedTimeouts(Timeouts):
@@ -103,7 +107,7 @@ Deployment = Annotated[
 ]
 
 RoutingPolicy = Literal[
-    "p2c_ewma", "round_robin", "least_outstanding", "session_affinity", "prefix_affinity"
+    "p2c_ewma", "round_robin", "least_outstanding", "session_affinity", "prefix_affinity", "scored"
 ]
 
 
@@ -115,6 +119,8 @@ class RoutingConfig(Settings):
     imbalance_factor: float = Field(2.0, ge=1.0)
     # How often deployments with a ``metrics`` block are scraped, and when a reading is stale.
     load: LoadScrapeConfig = LoadScrapeConfig()
+    # scored: a weighted sum of prefix-cache, queue, KV and latency scores (docs/routing.md).
+    scored: ScoredRoutingConfig = ScoredRoutingConfig()
 
 
 class RetryConfig(Settings):

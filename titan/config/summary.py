@@ -139,6 +139,12 @@ def _routing(routing: RoutingConfig) -> str:
             f"prefix_affinity (first {routing.prefix_chars} chars, "
             f"unless load is {routing.imbalance_factor:g}x imbalanced)"
         )
+    if routing.policy == "scored":
+        w = routing.scored.weights
+        return (
+            f"scored (prefix {w.prefix:g}, queue {w.queue:g}, kv {w.kv:g}, latency {w.latency:g}"
+            f"; {routing.scored.prefix.block_chars}-char prefix blocks)"
+        )
     return routing.policy
 
 

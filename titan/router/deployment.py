@@ -30,6 +30,8 @@ class DeploymentState:
     # What the model server reports about its own load (openai deployments with a metrics
     # block; the pipeline's scraper feeds it).
     load: ReplicaLoadTracker | None = None
+    # The scoring router's prefix index holds this many of its blocks (None: the model's default).
+    prefix_cache_blocks: int | None = None
 
     @classmethod
     def create(
@@ -44,6 +46,7 @@ class DeploymentState:
         now: Clock,
         pool: str = "shared",
         load: ReplicaLoadTracker | None = None,
+        prefix_cache_blocks: int | None = None,
     ) -> DeploymentState:
         return cls(
             name,
@@ -55,6 +58,7 @@ class DeploymentState:
             latency=PeakEwma(now),
             pool=pool,
             load=load,
+            prefix_cache_blocks=prefix_cache_blocks,
         )
 
     @property

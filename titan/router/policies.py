@@ -15,7 +15,7 @@ from titan.config import RoutingConfig
 from titan.router.deployment import DeploymentState
 
 # Latency assumed for a deployment with no measurement yet: optimistic, so it gets tried.
-_UNMEASURED_LATENCY_S = 0.001
+UNMEASURED_LATENCY_S = 0.001
 
 
 def choose(
@@ -50,7 +50,7 @@ def choose(
 
 def _score(deployment: DeploymentState) -> float:
     """Expected wait: queued work times latency, per unit of weight."""
-    latency = deployment.latency.value or _UNMEASURED_LATENCY_S
+    latency = deployment.latency.value or UNMEASURED_LATENCY_S
     return (deployment.outstanding + 1) * latency / deployment.weight
 
 

@@ -12,6 +12,7 @@ from titan.config import HedgeConfig, RoutingConfig, SplitConfig, TierRule
 from titan.router.deployment import DeploymentState
 from titan.router.policies import choose
 from titan.router.retry import HedgeBudget
+from titan.router.scoring import ROUTE_HEADER, RouteDecision, RouteScoring
 from titan.router.windows import LatencyWindow
 
 CHARS_PER_TOKEN = 4  # tier rules estimate tokens: the gateway has no upstream tokenizers
@@ -30,6 +31,8 @@ class RequestTraits:
     last_user_text: str = ""
     session_key: str | None = None  # x-titan-session header or the `user` field
     prefix_key: str | None = None  # the prompt's first characters
+    # The whole prompt, each message behind its role (the scoring router's prefix blocks).
+    prompt_text: str = ""
     # The last user message's unit-length embedding, when a tier rule classifies by similarity.
     embedding: tuple[float, ...] | None = None
     is_batch: bool = False  # the batch priority class (jobs): routed to the batch pool
@@ -49,9 +52,13 @@ class RoutedModel:
     num_fallbacks: int = 0  # requests this model served for another one
     # Per tier rule, the unit-length embeddings of its similar_to examples (set at start).
     tier_examples: list[list[tuple[float, ...]]] = field(default_factory=list)
+    # routing.policy scored: its prefix index and last decisions (None for other policies).
+    scoring: RouteScoring | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._patterns = [re.compile(t.pattern) if t.pattern else None for t in self.tiers]
+        if self.routing.policy == "scored":
+            self.scoring = RouteScoring(self.routing.scored, self.deployments)
 
     @property
     def classifies_by_similarity(self) -> bool:
@@ -69,6 +76,13 @@ class RoutedModel:
                 if best >= rule.min_similarity:
                     return rule.model
         return None
+
+    def route_headers(self, winner: str, decisions: list[RouteDecision]) -> dict[str, str]:
+        """The debug header explaining why ``winner`` was picked (only when asked for)."""
+        if self.scoring is None or not self.routing.scored.debug_header:
+            return {}
+        decision = next((d for d in reversed(decisions) if d.chosen == winner), None)
+        return {} if decision is None else {ROUTE_HEADER: decision.header()}
 
     def affinity_key(self, traits: RequestTraits) -> str | None:
         if self.routing.policy == "session_affinity":
@@ -124,13 +138,32 @@ class Registry:
         return any(d.name not in tried and d.is_available for d in model.deployments)
 
     def pick(
-        self, model: RoutedModel, traits: RequestTraits, exclude: set[str]
+        self,
+        model: RoutedModel,
+        traits: RequestTraits,
+        exclude: set[str],
+        decisions: list[RouteDecision] | None = None,
     ) -> DeploymentState | None:
-        """An available deployment of ``model`` not in ``exclude`` (already tried), or None."""
+        """An available deployment of ``model`` not in ``exclude`` (already tried), or None.
+        A scored model's decision (every candidate's scores) is appended to ``decisions``."""
         candidates = [d for d in model.deployments if d.name not in exclude and d.is_available]
         candidates = _in_pool(candidates, traits.is_batch)
         if not candidates:
             return None
+        if model.scoring is not None:
+            unavailable = [
+                d for d in model.deployments if d.name not in exclude and not d.is_available
+            ]
+            chosen, decision = model.scoring.choose(
+                candidates,
+                unavailable,
+                traits.prompt_text,
+                traits.estimated_prompt_tokens,
+                self.rng,
+            )
+            if decisions is not None:
+                decisions.append(decision)
+            return chosen
         return choose(candidates, model.routing, self.rng, affinity_key=model.affinity_key(traits))
 
 

@@ -32,6 +32,7 @@ from titan.protocol import Answer, ClientRequest
 from titan.router.deployment import DeploymentState
 from titan.router.registry import Registry, RequestTraits, RoutedModel
 from titan.router.retry import hedge_delay_s, is_retryable, retry_delay_s
+from titan.router.scoring import RouteDecision
 from titan.service.streaming import close_stream
 
 T = TypeVar("T")
@@ -56,6 +57,7 @@ class _Attempts:
 
     deadline: float | None
     count: int = 0
+    decisions: list[RouteDecision] = field(default_factory=list)  # scored routing's, per pick
 
 
 AttemptFn = Callable[[DeploymentState], Awaitable[T]]
@@ -123,7 +125,7 @@ class AttemptRunner:
         first, chunks = routed.value
         deployment = self._deployment(routed)
         guarded = self._watched(first, chunks, deployment, deadline)
-        return Routed(guarded, routed.model, routed.deployment, routed.num_attempts)
+        return dataclasses.replace(routed, value=guarded)
 
     def _propagated(self, request: ClientRequest) -> ClientRequest:
         """The request with this attempt's span as its ``traceparent`` (when traced), so that an
@@ -159,9 +161,9 @@ class AttemptRunner:
             tried: set[str] = set()
             num_failed = 0
             while num_failed < self.retry.max_attempts:
-                deployment = self.registry.pick(current, traits, tried) or self.registry.pick(
-                    current, traits, set()
-                )
+                deployment = self.registry.pick(
+                    current, traits, tried, attempts.decisions
+                ) or self.registry.pick(current, traits, set(), attempts.decisions)
                 if deployment is None:
                     break  # every deployment ejected or at capacity: fall back
                 tried.add(deployment.name)
@@ -169,7 +171,8 @@ class AttemptRunner:
                     value, winner = await self._hedged(
                         current, deployment, traits, tried, attempts, attempt, release
                     )
-                    return Routed(value, current.name, winner.name, attempts.count)
+                    headers = current.route_headers(winner.name, attempts.decisions)
+                    return Routed(value, current.name, winner.name, attempts.count, headers)
                 except TitanError as error:
                     if not is_retryable(error, self.retry):
                         raise
@@ -218,7 +221,9 @@ class AttemptRunner:
             delay = hedge_delay_s(model.ttfb, self.hedge)
             if delay is not None:
                 await asyncio.wait({primary}, timeout=delay)
-                second = None if primary.done() else self.registry.pick(model, traits, tried)
+                second = None
+                if not primary.done():
+                    second = self.registry.pick(model, traits, tried, attempts.decisions)
                 if second is not None and model.hedge_budget.try_spend():
                     tried.add(second.name)
                     hedge = self._attempt(model, second, attempts, attempt, is_stream)

@@ -303,6 +303,7 @@ class Pipeline:
             now=self._now,
             pool=deployment.pool,
             load=target.tracker if target is not None else None,
+            prefix_cache_blocks=deployment.prefix_cache_blocks,
         )
 
     def _routed(self, name: str, states: list[DeploymentState], model: ModelConfig) -> RoutedModel:
@@ -366,6 +367,7 @@ class Pipeline:
                     }
                     for d in model.deployments
                 },
+                **({"routing": model.scoring.snapshot()} if model.scoring else {}),
             }
             for name, model in self._registry.models.items()
         }

@@ -24,15 +24,20 @@ def request_traits(request: ClientRequest, prefix_chars: int) -> RequestTraits:
             "",
         )
         prompt = "\n".join(texts)
+        # What a chat template renders, near enough for prefix blocks: a role change changes
+        # the prefix, as it changes the tokens.
+        rendered = "".join(f"{m.role}: {t}\n" for m, t in zip(parsed.messages, texts, strict=True))
     else:
         prompts = [p for p in parsed.prompts if isinstance(p, str)]
         prompt = "\n".join(prompts)
         last_user = prompts[-1] if prompts else ""
+        rendered = prompt
     session = request.headers.get("x-titan-session") or parsed.user
     return RequestTraits(
         prompt_chars=len(prompt),
         last_user_text=last_user,
         session_key=session,
         prefix_key=prompt[:prefix_chars] or None,
+        prompt_text=rendered,
         is_batch=request.headers.get("x-titan-priority") == "batch",
     )
