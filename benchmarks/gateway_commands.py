@@ -284,7 +284,7 @@ def routing(
         str, typer.Option(help="Comma-separated routing policies to compare.")
     ] = "round_robin,p2c_ewma,prefix_affinity,scored",
     duration: Annotated[
-        float | None, typer.Option(min=1, help="Seconds per sweep rate (default: 20, 2 quick).")
+        float | None, typer.Option(min=1, help="Seconds per sweep rate (default: 10, 2 quick).")
     ] = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="Small workloads, two rates (a smoke run).")

@@ -24,22 +24,26 @@ from benchmarks.base import Progress, Results
 from benchmarks.routing_workloads import WORKLOADS, WorkloadShape, build
 from titan.chaos.processes import Services, free_port, titan_argv
 from titan.loadgen.client import LoadTarget
-from titan.loadgen.metrics import Slo
-from titan.loadgen.sweep import find_knee, rate_points, run_sweep
+from titan.loadgen.metrics import Slo, summarize
+from titan.loadgen.runner import run_load_sync
+from titan.loadgen.sweep import SweepPoint, find_knee, rate_points
+from titan.loadgen.workloads import Workload
 
 MODEL = "sim"
 POLICIES = ("round_robin", "p2c_ewma", "prefix_affinity", "scored")
 # vLLM-like replicas: three full ones and one with half the KV cache and every step twice as long.
-FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.00003}}
-HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.00006}}
+# A prefill of 10,000 tokens/s: slow enough that the fleet saturates at rates this machine's
+# gateway and client can offer (a full replica prefills ~5 uncached 2,000-token prompts a second).
+FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.0001}}
+HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.0002}}
 
 
 @dataclass(frozen=True)
 class RoutingSettings:
     policies: tuple[str, ...] = POLICIES
     workloads: tuple[str, ...] = WORKLOADS
-    rates: tuple[float, ...] = (10.0, 20.0, 40.0, 60.0, 80.0)  # requests/s, the sweep
-    duration_s: float = 20.0  # per rate
+    rates: tuple[float, ...] = (5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)  # requests/s, the sweep
+    duration_s: float = 10.0  # per rate
     slo_ttft_s: float = 1.0
     replicas: tuple[str, ...] = ("full", "full", "full", "half")
     shape: WorkloadShape = field(default_factory=WorkloadShape)
@@ -59,7 +63,7 @@ def _profile(kind: str, seed: int) -> dict[str, Any]:
     return {"seed": seed, "output_tokens": 16, "server": FULL if kind == "full" else HALF}
 
 
-def _titan_config(simulators: list[str], policy: str) -> dict[str, Any]:
+def _titan_config(simulators: list[str], kinds: tuple[str, ...], policy: str) -> dict[str, Any]:
     deployments = [
         {
             "backend": "openai",
@@ -67,13 +71,18 @@ def _titan_config(simulators: list[str], policy: str) -> dict[str, Any]:
             "api_key": "none",
             "upstream_model": "simulated",
             "metrics": {"server": "vllm"},
+            # The scored router's prefix index, sized like the replica's KV cache: the
+            # simulator's tokens are 4 bytes, the index's blocks 256 characters.
+            "prefix_cache_blocks": (FULL if kind == "full" else HALF)["kv_cache_tokens"] * 4 // 256,
         }
-        for url in simulators
+        for url, kind in zip(simulators, kinds, strict=True)
     ]
     return {
         "models": [{"name": MODEL, "deployments": deployments}],
-        "routing": {"policy": policy},
+        "routing": {"policy": policy, "load": {"interval_s": 0.25}},
         "hedge": {"enabled": False},  # a hedge is a second prefill: the same for every policy
+        # Titan's own cache would answer a repeated body in a millisecond: routing is measured.
+        "cache": {"exact": False},
     }
 
 
@@ -112,22 +121,29 @@ def run_case(settings: RoutingSettings, policy: str, workload: str, work: Path) 
     with Services() as services:
         replicas = _start_fleet(services, settings, work)
         config = work / f"titan-{policy}-{workload}.yaml"
-        config.write_text(yaml.safe_dump(_titan_config(replicas, policy)))
+        config.write_text(yaml.safe_dump(_titan_config(replicas, settings.replicas, policy)))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         argv = titan_argv("serve", "--config", str(config), "--port", str(port))
         services.start(f"titan-{policy}-{workload}", argv, url, work, ready_path="/ready",
                        timeout_s=60, env={"TITAN_STORAGE": "memory://"})  # fmt: skip
-        num_requests = int(max(settings.rates) * settings.duration_s)
-        load = build(workload, settings.shape, settings.seed, num_requests)
-        points = run_sweep(
-            LoadTarget(f"{url}/v1", MODEL),
-            rate_points(settings.rates, seed=settings.seed),
-            load,
-            slo=Slo(ttft_s=settings.slo_ttft_s),
-            duration_s=settings.duration_s,
-            timeout_s=settings.timeout_s,
-        )
+        # Enough bodies for the whole sweep (Poisson arrivals: with a margin).
+        num_requests = int(1.2 * sum(settings.rates) * settings.duration_s) + 100
+        bodies = build(workload, settings.shape, settings.seed, num_requests).bodies
+        points, sent = [], 0
+        for arrivals in rate_points(settings.rates, seed=settings.seed):
+            # Each rate goes on where the last one stopped: restarting the workload would
+            # repeat prompts the replicas have just cached.
+            rest = Workload(workload, bodies[sent % len(bodies) :] + bodies[: sent % len(bodies)])
+            run = run_load_sync(
+                LoadTarget(f"{url}/v1", MODEL),
+                arrivals,
+                rest,
+                duration_s=settings.duration_s,
+                timeout_s=settings.timeout_s,
+            )
+            sent += len(run.samples)
+            points.append(SweepPoint(arrivals, summarize(run, Slo(ttft_s=settings.slo_ttft_s))))
         counters = [replica_counters(replica) for replica in replicas]
     knee = find_knee(points)
     return {

@@ -37,7 +37,7 @@ class WorkloadShape:
     turns: int = 10
     turn_tokens: int = 60
     answer_tokens: int = 40
-    num_unique: int = 2_000
+    num_unique: int = 3_000
     unique_tokens: int = 400
     max_tokens: int = 16
 
@@ -73,7 +73,7 @@ def tenants(shape: WorkloadShape, seed: int, num_requests: int) -> Workload:
 
 def conversations(shape: WorkloadShape, seed: int) -> Workload:
     """Turn 1 of every conversation, then turn 2 of every one, ...: a conversation's next turn
-    comes ``num_conversations`` requests after its previous one."""
+    comes about ``num_conversations`` requests after its previous one."""
     rng = random.Random(seed)
     histories: list[list[dict[str, str]]] = [
         [{"role": "system", "content": f"Assistant for customer {c}."}]
@@ -81,7 +81,9 @@ def conversations(shape: WorkloadShape, seed: int) -> Workload:
     ]
     bodies = []
     for _turn in range(shape.turns):
-        for history in histories:
+        # A fresh order each round: in a fixed one, round robin over N replicas sends every turn
+        # of a conversation to the same replica whenever N divides the number of conversations.
+        for history in rng.sample(histories, len(histories)):
             history.append({"role": "user", "content": _text(rng, shape.turn_tokens) + "?"})
             bodies.append(_body(list(history), shape.max_tokens))
             history.append({"role": "assistant", "content": _text(rng, shape.answer_tokens)})

@@ -3,6 +3,7 @@ judge the right ratios, and a quick run goes end to end through a real fleet."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import orjson
@@ -32,10 +33,19 @@ def test_tenants_repeat_their_long_system_prompts():
 def test_each_conversation_turn_extends_the_previous_one():
     bodies = build("conversations", SHAPE, seed=0, num_requests=0).bodies
     assert len(bodies) == SHAPE.num_conversations * SHAPE.turns
-    for index in range(SHAPE.num_conversations, len(bodies)):
-        earlier, later = bodies[index - SHAPE.num_conversations], bodies[index]
-        assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
-        assert len(later["messages"]) == len(earlier["messages"]) + 2  # its answer, a question
+    by_conversation: dict[str, list[dict]] = {}
+    for body in bodies:
+        by_conversation.setdefault(body["messages"][0]["content"], []).append(body)
+    assert len(by_conversation) == SHAPE.num_conversations
+    for turns in by_conversation.values():
+        assert len(turns) == SHAPE.turns
+        for earlier, later in itertools.pairwise(turns):
+            assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
+            assert len(later["messages"]) == len(earlier["messages"]) + 2  # an answer, a question
+    # Rounds are shuffled: the conversations' order differs from one round to the next.
+    first = [b["messages"][0]["content"] for b in bodies[: SHAPE.num_conversations]]
+    second = [b["messages"][0]["content"] for b in bodies[SHAPE.num_conversations :][: len(first)]]
+    assert sorted(first) == sorted(second) and first != second
 
 
 def test_unique_prompts_share_no_prefix_and_the_seed_decides():
