@@ -283,6 +283,12 @@ def routing(
     policies: Annotated[
         str, typer.Option(help="Comma-separated routing policies to compare.")
     ] = "round_robin,p2c_ewma,prefix_affinity,scored",
+    workloads: Annotated[
+        str, typer.Option(help="Comma-separated workloads: tenants, conversations, unique.")
+    ] = "tenants,conversations,unique",
+    servers: Annotated[
+        str, typer.Option(help="simulated (four titan simulate) or titan (two real replicas).")
+    ] = "simulated",
     duration: Annotated[
         float | None, typer.Option(min=1, help="Seconds per sweep rate (default: 10, 2 quick).")
     ] = None,
@@ -290,14 +296,30 @@ def routing(
         bool, typer.Option("--quick", help="Small workloads, two rates (a smoke run).")
     ] = False,
 ) -> None:
-    """Routing policies over four simulated model servers (one at half capacity): TTFT, the
-    knee, prefix-cache hit rate per replica and imbalance, on shared-prefix and unique traffic."""
+    """Routing policies over four simulated model servers (one at half capacity), or two real
+    Titan replicas: TTFT, the knee, prefix-cache hit rate per replica and imbalance, on
+    shared-prefix and unique traffic."""
+    from dataclasses import replace
+
     from benchmarks.routing_bench import RoutingSettings
-    from benchmarks.routing_report import BENCHMARK
+    from benchmarks.routing_report import BENCHMARK, TITAN_BENCHMARK
     from titan.chaos.processes import ServiceError
 
-    overrides: dict[str, Any] = {"policies": tuple(p.strip() for p in policies.split(","))}
+    overrides: dict[str, Any] = {
+        "policies": tuple(p.strip() for p in policies.split(",")),
+        "workloads": tuple(w.strip() for w in workloads.split(",")),
+    }
     if duration is not None:
         overrides["duration_s"] = duration
-    settings = RoutingSettings.quick(**overrides) if quick else RoutingSettings(**overrides)
-    run_bench(BENCHMARK, settings, output, (ServiceError, RuntimeError, OSError))
+    if servers not in ("simulated", "titan"):
+        raise typer.BadParameter(f"--servers must be simulated or titan, got {servers!r}")
+    if servers == "titan":
+        settings = RoutingSettings.titan_fleet(**overrides)
+        if quick:
+            settings = replace(settings, rates=(0.5, 1.0), duration_s=duration or 5.0,
+                               is_quick=True)  # fmt: skip
+        benchmark = TITAN_BENCHMARK
+    else:
+        settings = RoutingSettings.quick(**overrides) if quick else RoutingSettings(**overrides)
+        benchmark = BENCHMARK
+    run_bench(benchmark, settings, output, (ServiceError, RuntimeError, OSError))

@@ -1,8 +1,9 @@
-"""Routing policies over a fleet of simulated model servers (issue 24).
+"""Routing policies over a fleet of model servers (issue 24).
 
 Four ``titan simulate`` processes in model-server mode (a KV cache with prefix caching,
 continuous batching on a step-cost model, vLLM's metrics; docs/simulator.md), one of them at half
-the capacity, behind one ``titan serve`` whose only setting that changes is
+the capacity, or (``--servers titan``) two real ``titan serve`` replicas running the embedded
+model with small KV caches, behind one ``titan serve`` whose only setting that changes is
 ``routing.policy``. For every policy and workload the fleet starts afresh (empty caches), then an
 open-loop rate sweep runs the workload through Titan: time to first token at each rate, the knee
 (the highest rate whose TTFT SLO attainment is at least 90%), and each replica's prefix-cache hit
@@ -32,20 +33,32 @@ from titan.loadgen.workloads import Workload
 MODEL = "sim"
 POLICIES = ("round_robin", "p2c_ewma", "prefix_affinity", "scored")
 # vLLM-like replicas: three full ones and one with half the KV cache and every step twice as long.
-# A prefill of 10,000 tokens/s: slow enough that the fleet saturates at rates this machine's
-# gateway and client can offer (a full replica prefills ~5 uncached 2,000-token prompts a second).
-FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.0001}}
-HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.0002}}
+# A prefill of 5,000 tokens/s: slow enough that the fleet saturates at rates a 2-core machine's
+# gateway and client offer with room to spare (a full replica prefills ~2.5 uncached
+# 2,000-token prompts a second); at 10,000 the client and gateway, not the fleet, set the knee.
+FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.0002}}
+HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.0004}}
+# Real replicas: the embedded SmolLM2 on one core each (it prefills ~120 tokens/s there, so the
+# workloads are small), a KV cache of this many 16-token blocks (about half the tenants' system
+# prompts fit beside the running requests), their own exact caches off.
+TITAN_KV_BLOCKS = 64
+TITAN_BLOCK_TOKENS = 16
+KV_TOKENS = {"full": FULL["kv_cache_tokens"], "half": HALF["kv_cache_tokens"],
+             "titan": TITAN_KV_BLOCKS * TITAN_BLOCK_TOKENS}  # fmt: skip
+# Characters per token of the workloads' text: the simulator counts 4; SmolLM2's tokenizer
+# splits the workloads' numbered words finer (measured from the replicas' prompt tokens).
+CHARS_PER_TOKEN = {"full": 4, "half": 4, "titan": 3}
+UPSTREAM_MODEL = "simulated"
 
 
 @dataclass(frozen=True)
 class RoutingSettings:
     policies: tuple[str, ...] = POLICIES
     workloads: tuple[str, ...] = WORKLOADS
-    rates: tuple[float, ...] = (5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)  # requests/s, the sweep
+    rates: tuple[float, ...] = (5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0)  # req/s
     duration_s: float = 10.0  # per rate
     slo_ttft_s: float = 1.0
-    replicas: tuple[str, ...] = ("full", "full", "full", "half")
+    replicas: tuple[str, ...] = ("full", "full", "full", "half")  # full, half or titan
     shape: WorkloadShape = field(default_factory=WorkloadShape)
     seed: int = 0
     timeout_s: float = 60.0
@@ -58,24 +71,49 @@ class RoutingSettings:
         quick = cls(rates=(5.0, 10.0), duration_s=2.0, shape=shape, is_quick=True)
         return replace(quick, **overrides)
 
+    @classmethod
+    def titan_fleet(cls, **overrides: Any) -> RoutingSettings:
+        """Two embedded ``titan serve`` replicas: what two CPU cores serve, scaled down."""
+        shape = WorkloadShape(num_tenants=12, system_tokens=60, num_conversations=16, turns=4,
+                              turn_tokens=15, answer_tokens=10, num_unique=300,
+                              unique_tokens=60, max_tokens=8)  # fmt: skip
+        fleet = cls(replicas=("titan", "titan"), rates=(0.25, 0.5, 1.0, 1.5, 2.0),
+                    duration_s=20.0, slo_ttft_s=1.5, shape=shape)  # fmt: skip
+        return replace(fleet, **overrides)
+
 
 def _profile(kind: str, seed: int) -> dict[str, Any]:
     return {"seed": seed, "output_tokens": 16, "server": FULL if kind == "full" else HALF}
 
 
-def _titan_config(simulators: list[str], kinds: tuple[str, ...], policy: str) -> dict[str, Any]:
+def _replica_config() -> dict[str, Any]:
+    """A real replica: the embedded model on one engine thread, a small KV cache, no exact
+    cache (a repeated request must reach the engine and its prefix cache)."""
+    engine = {"num_threads": 1, "num_kv_blocks": TITAN_KV_BLOCKS, "block_size": TITAN_BLOCK_TOKENS}
+    return {
+        "models": [{"name": UPSTREAM_MODEL, "deployments": [{"backend": "embedded",
+                                                            "engine": engine}]}],
+        "cache": {"exact": False},
+    }  # fmt: skip
+
+
+def _server(kind: str) -> str:
+    return "titan" if kind == "titan" else "vllm"
+
+
+def _titan_config(replicas: list[str], kinds: tuple[str, ...], policy: str) -> dict[str, Any]:
     deployments = [
         {
             "backend": "openai",
             "base_url": f"{url}/v1",
             "api_key": "none",
-            "upstream_model": "simulated",
-            "metrics": {"server": "vllm"},
-            # The scored router's prefix index, sized like the replica's KV cache: the
-            # simulator's tokens are 4 bytes, the index's blocks 256 characters.
-            "prefix_cache_blocks": (FULL if kind == "full" else HALF)["kv_cache_tokens"] * 4 // 256,
+            "upstream_model": UPSTREAM_MODEL,
+            "metrics": {"server": _server(kind)},
+            # The scored router's prefix index, sized like the replica's KV cache (the index's
+            # blocks are 256 characters).
+            "prefix_cache_blocks": KV_TOKENS[kind] * CHARS_PER_TOKEN[kind] // 256,
         }
-        for url, kind in zip(simulators, kinds, strict=True)
+        for url, kind in zip(replicas, kinds, strict=True)
     ]
     return {
         "models": [{"name": MODEL, "deployments": deployments}],
@@ -86,15 +124,21 @@ def _titan_config(simulators: list[str], kinds: tuple[str, ...], policy: str) ->
     }
 
 
-def replica_counters(base_url: str) -> dict[str, float]:
+# Each server's counters (the family names, without _total) of prefix-cache hits and queries
+# (tokens) and of requests finished.
+COUNTERS = {
+    "vllm": {"vllm:prefix_cache_hits": "hits", "vllm:prefix_cache_queries": "queries",
+             "vllm:request_success": "requests"},
+    "titan": {"titan_prefix_cache_hits": "hits", "titan_prefix_cache_queries": "queries",
+              "titan_request_success": "requests"},
+}  # fmt: skip
+
+
+def replica_counters(base_url: str, server: str = "vllm") -> dict[str, float]:
     """Prefix-cache hits and queries (tokens) and finished requests, from a replica's /metrics."""
     with urllib.request.urlopen(f"{base_url}/metrics", timeout=5) as answer:
         text = answer.read().decode()
-    wanted = {
-        "vllm:prefix_cache_hits": "hits",
-        "vllm:prefix_cache_queries": "queries",
-        "vllm:request_success": "requests",
-    }
+    wanted = COUNTERS[server]
     found = dict.fromkeys(wanted.values(), 0.0)
     for family in text_string_to_metric_families(text):
         key = wanted.get(family.name)
@@ -106,12 +150,19 @@ def replica_counters(base_url: str) -> dict[str, float]:
 def _start_fleet(services: Services, settings: RoutingSettings, work: Path) -> list[str]:
     urls = []
     for index, kind in enumerate(settings.replicas):
-        profile = work / f"replica-{index}.yaml"
-        profile.write_text(yaml.safe_dump(_profile(kind, settings.seed + index)))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        argv = titan_argv("simulate", "--port", str(port), "--profile", str(profile))
-        services.start(f"replica-{index}", argv, url, work, ready_path="/health", timeout_s=30)
+        if kind == "titan":
+            config = work / f"replica-{index}.yaml"
+            config.write_text(yaml.safe_dump(_replica_config()))
+            argv = titan_argv("serve", "--config", str(config), "--port", str(port))
+            services.start(f"replica-{index}", argv, url, work, ready_path="/ready",
+                           timeout_s=180, env={"TITAN_STORAGE": "memory://"})  # fmt: skip
+        else:
+            profile = work / f"replica-{index}.yaml"
+            profile.write_text(yaml.safe_dump(_profile(kind, settings.seed + index)))
+            argv = titan_argv("simulate", "--port", str(port), "--profile", str(profile))
+            services.start(f"replica-{index}", argv, url, work, ready_path="/health", timeout_s=30)
         urls.append(url)
     return urls
 
@@ -144,7 +195,10 @@ def run_case(settings: RoutingSettings, policy: str, workload: str, work: Path) 
             )
             sent += len(run.samples)
             points.append(SweepPoint(arrivals, summarize(run, Slo(ttft_s=settings.slo_ttft_s))))
-        counters = [replica_counters(replica) for replica in replicas]
+        counters = [
+            replica_counters(replica, _server(kind))
+            for replica, kind in zip(replicas, settings.replicas, strict=True)
+        ]
     knee = find_knee(points)
     return {
         "points": [

@@ -3,6 +3,7 @@ console tables."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import results_file, routing_bench
@@ -10,7 +11,7 @@ from benchmarks.base import Benchmark
 from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
 
 NAME = "routing"
-SECTION_START, SECTION_END = results_file.markers(NAME)
+TITAN_NAME = "routing-titan"  # the same comparison over two real ``titan serve`` replicas
 BASELINE, CANDIDATE = "p2c_ewma", "scored"
 SHARED = ("tenants", "conversations")  # where a prefix-aware router should win
 
@@ -87,47 +88,76 @@ def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[li
     return tables
 
 
-def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
-    meta = results["meta"]
-    s = meta["settings"]
-    tables = report_tables(results)
+def _simulated_fleet(s: dict[str, Any]) -> str:
     kinds = ", ".join(s["replicas"])
-    lines = [SECTION_START, "## Routing over model servers (`python -m benchmarks routing`)", ""]
-    lines += quick_note(meta)
-    lines += [
-        *record_lines(meta),
-        "",
-        "### Targets",
-        "",
-        *markdown_table(*tables["Targets"]),
-        "",
-        "### Method",
-        "",
+    return (
         f"Replicas ({kinds}): `titan simulate` in model-server mode (docs/simulator.md), a full "
         f"one with {routing_bench.FULL['kv_cache_tokens']:,} tokens of KV cache, a half one with "
         f"{routing_bench.HALF['kv_cache_tokens']:,} and every step twice as long; prefix caching "
         "on, vLLM's metrics, which Titan scrapes (`metrics: {server: vllm}`, every 0.25 s; "
-        "the scored router's prefix index sized like each replica's cache). One `titan serve` "
-        "in front, hedging and its exact cache off, `routing.policy` the only change. For every "
-        "policy and workload the fleet starts empty, then the load generator sweeps open-loop "
-        "(Poisson; each rate goes on in the workload where the last one stopped) at rates "
-        f"{', '.join(f'{r:g}' for r in s['rates'])} requests/s, {s['duration_s']:g} s each, "
-        f"streamed, {s['shape']['max_tokens']} output tokens. TTFT is measured at the client; "
-        f"the knee is the highest rate with TTFT ≤ {s['slo_ttft_s']:g} s for 90% of requests; "
-        "hit rates are each replica's prefix-cache hits ÷ queries (tokens) over the whole sweep, "
-        "imbalance its busiest replica's requests ÷ the mean. Workloads "
-        "(benchmarks/routing_workloads.py, seeded): *tenants*: "
-        f"{s['shape']['num_tenants']} tenants, each with a ~{s['shape']['system_tokens']:,}-token "
-        "system prompt, short questions; *conversations*: "
-        f"{s['shape']['num_conversations']} conversations of {s['shape']['turns']} turns, each "
-        "turn the history so far; *unique*: prompts that share nothing.",
-        "",
-    ]
-    for workload in results["cases"]:
-        lines += [f"### {workload}", "", *markdown_table(*tables[workload]), ""]
-    if json_name:
-        lines += [f"Raw numbers (every sweep point): `{json_name}`.", ""]
-    return "\n".join([*lines, SECTION_END]) + "\n"
+        "the scored router's prefix index sized like each replica's cache)."
+    )
 
 
-BENCHMARK = Benchmark(NAME, routing_bench.run, render_markdown, report_tables, targets)
+def _titan_fleet(s: dict[str, Any]) -> str:
+    return (
+        f"Replicas: {len(s['replicas'])} real `titan serve` processes, each the embedded "
+        "SmolLM2-135M-Instruct (its GGUF's own Q4_1 blocks) on one engine thread, a KV cache of "
+        f"{routing_bench.TITAN_KV_BLOCKS} blocks of {routing_bench.TITAN_BLOCK_TOKENS} tokens "
+        "with its prefix cache, its exact response cache off; Titan's own metrics, which the "
+        "gateway scrapes (`metrics: {server: titan}`, every 0.25 s). Gateway, replicas and load "
+        "generator share the machine's cores: the numbers compare the policies with each other, "
+        "not with the simulated fleet."
+    )
+
+
+def _render(name: str) -> Callable[[dict[str, Any], str], str]:
+    start, end = results_file.markers(name)
+    command = "python -m benchmarks routing" + (" --servers titan" if name == TITAN_NAME else "")
+
+    def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
+        meta = results["meta"]
+        s = meta["settings"]
+        tables = report_tables(results)
+        fleet = _titan_fleet(s) if name == TITAN_NAME else _simulated_fleet(s)
+        title = "two real Titan replicas" if name == TITAN_NAME else "model servers"
+        lines = [start, f"## Routing over {title} (`{command}`)", ""]
+        lines += quick_note(meta)
+        lines += [
+            *record_lines(meta),
+            "",
+            "### Targets",
+            "",
+            *markdown_table(*tables["Targets"]),
+            "",
+            "### Method",
+            "",
+            f"{fleet} One `titan serve` in front, hedging and its exact cache off, "
+            "`routing.policy` the only change. For every policy and workload the fleet starts "
+            "empty, then the load generator sweeps open-loop (Poisson; each rate goes on in the "
+            "workload where the last one stopped) at rates "
+            f"{', '.join(f'{r:g}' for r in s['rates'])} requests/s, {s['duration_s']:g} s each, "
+            f"streamed, {s['shape']['max_tokens']} output tokens. TTFT is measured at the "
+            f"client; the knee is the highest rate with TTFT ≤ {s['slo_ttft_s']:g} s for 90% of "
+            "requests; hit rates are each replica's prefix-cache hits ÷ queries (tokens) over "
+            "the whole sweep, imbalance its busiest replica's requests ÷ the mean. Workloads "
+            "(benchmarks/routing_workloads.py, seeded): *tenants*: "
+            f"{s['shape']['num_tenants']} tenants, each with a "
+            f"~{s['shape']['system_tokens']:,}-token system prompt, short questions; "
+            f"*conversations*: {s['shape']['num_conversations']} conversations of "
+            f"{s['shape']['turns']} turns, each turn the history so far; *unique*: prompts that "
+            "share nothing.",
+            "",
+        ]
+        for workload in results["cases"]:
+            lines += [f"### {workload}", "", *markdown_table(*tables[workload]), ""]
+        if json_name:
+            lines += [f"Raw numbers (every sweep point): `{json_name}`.", ""]
+        return "\n".join([*lines, end]) + "\n"
+
+    return render_markdown
+
+
+BENCHMARK = Benchmark(NAME, routing_bench.run, _render(NAME), report_tables, targets)
+TITAN_BENCHMARK = Benchmark(TITAN_NAME, routing_bench.run, _render(TITAN_NAME), report_tables,
+                            targets)  # fmt: skip

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from benchmarks.base import measure
-from benchmarks.routing_bench import RoutingSettings
+from benchmarks.routing_bench import RoutingSettings, _replica_config, _titan_config
 from benchmarks.routing_report import BENCHMARK, targets
 from benchmarks.routing_workloads import WorkloadShape, build
 
@@ -55,6 +55,26 @@ def test_unique_prompts_share_no_prefix_and_the_seed_decides():
     assert build("unique", SHAPE, seed=1, num_requests=0) != build("unique", SHAPE, 0, 0)
     with pytest.raises(ValueError, match="no workload 'typo'"):
         build("typo", SHAPE, 0, 0)
+
+
+def test_real_replicas_are_titan_configs_scraped_by_titan_names():
+    """--servers titan: each replica a valid config (one embedded deployment, small KV cache,
+    no exact cache), the gateway reading Titan's metric names, its prefix index sized from the
+    replica's KV cache."""
+    from titan.config.loading import config_from_mapping
+
+    replica = config_from_mapping(_replica_config(), "replica")
+    (deployment,) = replica.models[0].deployments
+    assert deployment.backend == "embedded" and deployment.engine.num_kv_blocks == 64
+    assert replica.cache.exact is False
+    settings = RoutingSettings.titan_fleet()
+    gateway = _titan_config(["http://a", "http://b"], settings.replicas, "scored")
+    config_from_mapping(gateway, "gateway")
+    servers = {d["metrics"]["server"] for d in gateway["models"][0]["deployments"]}
+    assert servers == {"titan"}
+    assert gateway["models"][0]["deployments"][0]["prefix_cache_blocks"] == 64 * 16 * 3 // 256
+    simulated = _titan_config(["http://a"], ("full",), "scored")["models"][0]["deployments"][0]
+    assert simulated["metrics"]["server"] == "vllm"
 
 
 def _case(p99: float, knee: float) -> dict:

@@ -139,6 +139,34 @@ def test_queue_is_per_unit_of_weight(clock):
     assert chosen == "big"
 
 
+def test_a_slower_replica_s_queue_counts_for_more(clock):
+    """Queued requests are counted in the fastest replica's: one twice as slow (by its typical
+    time to first byte) holding 3 counts as (3 + 1) x 2 - 1 = 7; past 4x slower no more."""
+    model = scored_model(clock, names=("fast", "slow"),
+                         weights={"prefix": 0, "queue": 1, "kv": 0, "latency": 0})  # fmt: skip
+    fast, slow = model.deployments
+    fast.on_success(0.1)
+    slow.on_success(0.2)
+    fast.outstanding, slow.outstanding = 5, 3
+    registry = Registry([model], random.Random(0))
+    chosen, decision = pick(registry, model, "hello")
+    assert chosen == "fast"  # 5 against 7, though it holds more requests
+    assert scores(decision)["slow"]["queue"] == pytest.approx(1 - 2 / 16)
+    fast.outstanding = 8  # 8 against 7: now the slow one
+    assert pick(registry, model, "hello")[0] == "slow"
+    # One slow answer (an uncached prefill, say) jumps the peak EWMA, barely the typical time.
+    fast.on_success(0.6)
+    assert fast.latency.value == pytest.approx(0.6)
+    assert fast.typical_ttfb.value == pytest.approx(0.125)
+    assert pick(registry, model, "hello")[0] == "slow"  # 8 against (3 + 1) x 1.6 - 1 = 5.4
+    for _ in range(100):  # a replica measured very slow: counted as 4x, not 50x
+        slow.on_success(10.0)
+    fast.outstanding, slow.outstanding = 20, 3
+    chosen, decision = pick(registry, model, "hello")
+    assert chosen == "slow"  # (3 + 1) x 4 - 1 = 15 against 20
+    assert scores(decision)["fast"]["queue"] == pytest.approx(1 - 5 / 16)
+
+
 def test_ties_first_or_drawn_by_the_injected_rng(clock):
     model = scored_model(clock, weights={"prefix": 0, "queue": 0, "kv": 0, "latency": 1})
     registry = Registry([model], random.Random(0))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from titan.config import BreakerConfig, Timeouts
 from titan.router.breaker import BreakerState, CircuitBreaker
 from titan.router.load_state import ReplicaLoadTracker
-from titan.router.windows import Clock, PeakEwma
+from titan.router.windows import Clock, Ewma, PeakEwma
 
 
 @dataclass
@@ -20,6 +20,8 @@ class DeploymentState:
     timeouts: Timeouts
     breaker: CircuitBreaker
     latency: PeakEwma  # time to first byte, seconds
+    # Time to first byte averaged over ~20 answers: how fast the replica is, not its last spike.
+    typical_ttfb: Ewma = field(default_factory=Ewma)
     outstanding: int = 0
     pool: str = "shared"  # which traffic it takes (config: deployments[].pool)
     # Smooth weighted round robin's running weight.
@@ -77,6 +79,7 @@ class DeploymentState:
         """The attempt produced its first byte (or its whole answer) after ``ttfb_s``."""
         self.num_successes += 1
         self.latency.update(ttfb_s)
+        self.typical_ttfb.update(ttfb_s)
         self.breaker.record_success(ttfb_s)
 
     def on_failure(self) -> None:

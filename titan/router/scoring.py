@@ -4,8 +4,10 @@ scores, each in 0..1, as the Gateway API Inference Extension's endpoint picker d
 - prefix: the share of the prompt's leading blocks the prefix index says the deployment holds;
 - queue: the requests it holds (its server's waiting + running when the reading is fresh, never
   fewer than Titan's own in flight there, which a scrape up to ``interval_s`` old may not show
-  yet), per unit of weight, against the least loaded candidate, reaching 0 at ``queue_scale``
-  more;
+  yet), per unit of weight, counted in the fastest candidate's requests (a replica twice as slow
+  by its typical time to first byte holding 3 counts as 7: the 3 and the new one, each taking
+  twice as long, as p2c_ewma's expected wait weighs them), against the least loaded candidate,
+  reaching 0 at ``queue_scale`` more;
 - kv: 1 - its server's KV-cache usage when fresh (unknown: the mean of the known ones, so it
   neither wins nor loses on a number it does not have);
 - latency: the fastest candidate's peak-EWMA time to first byte over its own.
@@ -31,6 +33,9 @@ from titan.router.prefix_index import PrefixIndex, block_hashes
 
 ROUTE_HEADER = "x-titan-route"
 _TIE = 1e-9  # totals closer than this are equal (float sums of the same scores)
+# No candidate's queue counts as more than this many times slower than the fastest's: a replica
+# measured on a few slow answers would otherwise lose every request (and never be measured again).
+MAX_SLOWDOWN = 4.0
 
 
 @dataclass(frozen=True)
@@ -132,19 +137,24 @@ class RouteScoring:
         self, candidates: Sequence[DeploymentState], hashes: Sequence[int]
     ) -> list[CandidateScore]:
         config, weights = self.config, self.config.weights
+        latencies = [d.latency.value or UNMEASURED_LATENCY_S for d in candidates]
+        fastest = min(latencies)
         queues = [_queue(d) for d in candidates]
-        shortest = min(length for length, _ in queues)
+        slowdowns = _slowdowns(candidates)
+        waits = [
+            _expected_wait(length, slowdown)
+            for (length, _), slowdown in zip(queues, slowdowns, strict=True)
+        ]
+        shortest = min(waits)
         kvs = [_free_kv(d) for d in candidates]
         known = [kv for kv in kvs if kv is not None]
         neutral_kv = sum(known) / len(known) if known else 0.0
-        latencies = [d.latency.value or UNMEASURED_LATENCY_S for d in candidates]
-        fastest = min(latencies)
         scores = []
-        for d, (length, source), kv, latency in zip(
-            candidates, queues, kvs, latencies, strict=True
+        for d, (length, source), wait, kv, latency in zip(
+            candidates, queues, waits, kvs, latencies, strict=True
         ):
             prefix = self.index.score(d.name, hashes)
-            queue = max(0.0, 1.0 - (length - shortest) / config.queue_scale)
+            queue = max(0.0, 1.0 - (wait - shortest) / config.queue_scale)
             speed = fastest / latency
             total = (
                 weights.prefix * prefix
@@ -174,6 +184,24 @@ def _queue(deployment: DeploymentState) -> tuple[float, str]:
         return own / deployment.weight, "titan"
     server = (load.waiting or 0.0) + (load.running or 0.0)
     return max(server, own) / deployment.weight, "server"
+
+
+def _slowdowns(candidates: Sequence[DeploymentState]) -> list[float]:
+    """Each candidate's typical time to first byte over the fastest one's (1 where unmeasured).
+    The typical time, not the peak EWMA: with prefix caching a replica's last answer may have
+    been a long uncached prefill, which says nothing about the replica's speed."""
+    typical = [d.typical_ttfb.value for d in candidates]
+    known = [t for t in typical if t]
+    if not known:
+        return [1.0] * len(candidates)
+    fastest = min(known)
+    return [t / fastest if t else 1.0 for t in typical]
+
+
+def _expected_wait(length: float, slowdown: float) -> float:
+    """The queue plus the new request, in the fastest candidate's requests, less the new one:
+    0 for an idle replica as fast as the fastest."""
+    return (length + 1.0) * min(slowdown, MAX_SLOWDOWN) - 1.0
 
 
 def _free_kv(deployment: DeploymentState) -> float | None:

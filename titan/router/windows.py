@@ -45,6 +45,22 @@ class PeakEwma:
         self._at = now
 
 
+class Ewma:
+    """A plain exponentially weighted mean per sample: each sample moves it ``alpha`` of the way.
+    Unlike ``PeakEwma`` one slow sample barely moves it, so it tells a replica that is slow from
+    one that served a slow request. None until the first sample."""
+
+    def __init__(self, alpha: float = 0.05):
+        self.alpha = alpha
+        self.value: float | None = None
+
+    def update(self, sample: float) -> None:
+        if self.value is None:
+            self.value = sample
+        else:
+            self.value += self.alpha * (sample - self.value)
+
+
 @dataclass(frozen=True)
 class Outcome:
     at: float
