@@ -38,16 +38,17 @@ POLICIES = ("round_robin", "p2c_ewma", "prefix_affinity", "scored")
 # 2,000-token prompts a second); at 10,000 the client and gateway, not the fleet, set the knee.
 FULL = {"kv_cache_tokens": 65_536, "step_cost": {"fixed_s": 0.005, "per_token_s": 0.0002}}
 HALF = {"kv_cache_tokens": 32_768, "step_cost": {"fixed_s": 0.01, "per_token_s": 0.0004}}
-# Real replicas: the embedded SmolLM2 on one core each (it prefills ~120 tokens/s there, so the
-# workloads are small), a KV cache of this many 16-token blocks (about half the tenants' system
-# prompts fit beside the running requests), their own exact caches off.
+# Real replicas: the embedded SmolLM2 on one core each (slow: at 1 request/s a ~190-token
+# tenants prompt took 0.75 s to its first token, so the workloads are small), a KV cache of this
+# many 16-token blocks (1,024 tokens: not all twelve tenants' ~130-token system prompts fit
+# beside the running requests), their own exact caches off.
 TITAN_KV_BLOCKS = 64
 TITAN_BLOCK_TOKENS = 16
 KV_TOKENS = {"full": FULL["kv_cache_tokens"], "half": HALF["kv_cache_tokens"],
              "titan": TITAN_KV_BLOCKS * TITAN_BLOCK_TOKENS}  # fmt: skip
 # Characters per token of the workloads' text: the simulator counts 4; SmolLM2's tokenizer
-# splits the workloads' numbered words finer (measured from the replicas' prompt tokens).
-CHARS_PER_TOKEN = {"full": 4, "half": 4, "titan": 3}
+# splits the workloads' numbered words finer (2.0, measured over 200 prompts of each workload).
+CHARS_PER_TOKEN = {"full": 4, "half": 4, "titan": 2}
 UPSTREAM_MODEL = "simulated"
 
 

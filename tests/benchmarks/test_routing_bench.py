@@ -72,7 +72,7 @@ def test_real_replicas_are_titan_configs_scraped_by_titan_names():
     config_from_mapping(gateway, "gateway")
     servers = {d["metrics"]["server"] for d in gateway["models"][0]["deployments"]}
     assert servers == {"titan"}
-    assert gateway["models"][0]["deployments"][0]["prefix_cache_blocks"] == 64 * 16 * 3 // 256
+    assert gateway["models"][0]["deployments"][0]["prefix_cache_blocks"] == 64 * 16 * 2 // 256
     simulated = _titan_config(["http://a"], ("full",), "scored")["models"][0]["deployments"][0]
     assert simulated["metrics"]["server"] == "vllm"
 

@@ -137,18 +137,18 @@ class RouteScoring:
         self, candidates: Sequence[DeploymentState], hashes: Sequence[int]
     ) -> list[CandidateScore]:
         config, weights = self.config, self.config.weights
-        latencies = [d.latency.value or UNMEASURED_LATENCY_S for d in candidates]
-        fastest = min(latencies)
         queues = [_queue(d) for d in candidates]
-        slowdowns = _slowdowns(candidates)
+        # The queue plus the new request in the fastest candidate's requests, less the new one.
         waits = [
-            _expected_wait(length, slowdown)
-            for (length, _), slowdown in zip(queues, slowdowns, strict=True)
+            (length + 1.0) * slowdown - 1.0
+            for (length, _), slowdown in zip(queues, _slowdowns(candidates), strict=True)
         ]
         shortest = min(waits)
         kvs = [_free_kv(d) for d in candidates]
         known = [kv for kv in kvs if kv is not None]
         neutral_kv = sum(known) / len(known) if known else 0.0
+        latencies = [d.latency.value or UNMEASURED_LATENCY_S for d in candidates]
+        fastest = min(latencies)
         scores = []
         for d, (length, source), wait, kv, latency in zip(
             candidates, queues, waits, kvs, latencies, strict=True
@@ -187,21 +187,16 @@ def _queue(deployment: DeploymentState) -> tuple[float, str]:
 
 
 def _slowdowns(candidates: Sequence[DeploymentState]) -> list[float]:
-    """Each candidate's typical time to first byte over the fastest one's (1 where unmeasured).
-    The typical time, not the peak EWMA: with prefix caching a replica's last answer may have
-    been a long uncached prefill, which says nothing about the replica's speed."""
+    """Each candidate's typical time to first byte over the fastest one's, at most
+    ``MAX_SLOWDOWN`` (1 where unmeasured). The typical time, not the peak EWMA: with prefix
+    caching a replica's last answer may have been a long uncached prefill, which says nothing
+    about the replica's speed."""
     typical = [d.typical_ttfb.value for d in candidates]
     known = [t for t in typical if t]
     if not known:
         return [1.0] * len(candidates)
     fastest = min(known)
-    return [t / fastest if t else 1.0 for t in typical]
-
-
-def _expected_wait(length: float, slowdown: float) -> float:
-    """The queue plus the new request, in the fastest candidate's requests, less the new one:
-    0 for an idle replica as fast as the fastest."""
-    return (length + 1.0) * min(slowdown, MAX_SLOWDOWN) - 1.0
+    return [min(t / fastest, MAX_SLOWDOWN) if t else 1.0 for t in typical]
 
 
 def _free_kv(deployment: DeploymentState) -> float | None:
