@@ -301,7 +301,7 @@ def routing(
     shared-prefix and unique traffic."""
     from dataclasses import replace
 
-    from benchmarks.routing_bench import RoutingSettings
+    from benchmarks.routing_bench import POLICIES, RoutingSettings
     from benchmarks.routing_report import BENCHMARK, TITAN_BENCHMARK
     from titan.chaos.processes import ServiceError
 
@@ -311,6 +311,12 @@ def routing(
     }
     if duration is not None:
         overrides["duration_s"] = duration
+    from benchmarks.routing_workloads import WORKLOADS
+
+    for option, given, known in (("--policies", overrides["policies"], POLICIES),
+                                 ("--workloads", overrides["workloads"], WORKLOADS)):  # fmt: skip
+        if unknown := [name for name in given if name not in known]:
+            raise typer.BadParameter(f"{option}: unknown {unknown}; one of {', '.join(known)}")
     if servers not in ("simulated", "titan"):
         raise typer.BadParameter(f"--servers must be simulated or titan, got {servers!r}")
     if servers == "titan":

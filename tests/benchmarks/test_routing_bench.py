@@ -111,3 +111,19 @@ def test_quick_run_sweeps_each_policy_on_a_fresh_fleet(tmp_path: Path):
     assert any(r["hits"] > 0 for r in cases["tenants"]["prefix_affinity"]["replicas"])
     assert "<!-- routing-bench:start -->" in output.read_text()
     assert orjson.loads(outcome.json_path.read_bytes())["cases"] == cases
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [("--workloads", "typo", "--workloads: unknown ['typo']"),
+     ("--policies", "scored,nope", "--policies: unknown ['nope']"),
+     ("--servers", "bogus", "--servers must be simulated or titan")],
+)  # fmt: skip
+def test_a_misspelt_option_is_refused_before_any_server_starts(option, value, message):
+    from typer.testing import CliRunner
+
+    from benchmarks.cli import build_app
+
+    result = CliRunner().invoke(build_app(), ["routing", option, value])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split()).replace("│", "").replace("  ", " ")
