@@ -68,7 +68,7 @@ class RoutingSettings:
     @classmethod
     def quick(cls, **overrides: Any) -> RoutingSettings:
         shape = WorkloadShape(num_tenants=5, system_tokens=500, num_conversations=10, turns=3,
-                              num_unique=50, unique_tokens=100)  # fmt: skip
+                              unique_tokens=100)  # fmt: skip
         quick = cls(rates=(5.0, 10.0), duration_s=2.0, shape=shape, is_quick=True)
         return replace(quick, **overrides)
 
@@ -76,7 +76,7 @@ class RoutingSettings:
     def titan_fleet(cls, **overrides: Any) -> RoutingSettings:
         """Two embedded ``titan serve`` replicas: what two CPU cores serve, scaled down."""
         shape = WorkloadShape(num_tenants=12, system_tokens=60, num_conversations=16, turns=4,
-                              turn_tokens=15, answer_tokens=10, num_unique=300,
+                              turn_tokens=15, answer_tokens=10,
                               unique_tokens=60, max_tokens=8)  # fmt: skip
         fleet = cls(replicas=("titan", "titan"), rates=(0.25, 0.5, 1.0, 1.5, 2.0),
                     duration_s=20.0, slo_ttft_s=1.5, shape=shape)  # fmt: skip

@@ -144,9 +144,10 @@ def _render(name: str) -> Callable[[dict[str, Any], str], str]:
             "(benchmarks/routing_workloads.py, seeded): *tenants*: "
             f"{s['shape']['num_tenants']} tenants, each with a "
             f"~{s['shape']['system_tokens']:,}-token system prompt, short questions; "
-            f"*conversations*: {s['shape']['num_conversations']} conversations of "
-            f"{s['shape']['turns']} turns, each turn the history so far; *unique*: prompts that "
-            "share nothing.",
+            f"*conversations*: {s['shape']['num_conversations']} conversations live at a time, "
+            f"{s['shape']['turns']} turns each, each turn the history so far (one ends, a new "
+            "one takes its place; the first ones met mid-way, so every rate sees all turns "
+            "alike); *unique*: prompts that share nothing, never repeated.",
             "",
         ]
         for workload in results["cases"]:

@@ -37,7 +37,6 @@ class WorkloadShape:
     turns: int = 10
     turn_tokens: int = 60
     answer_tokens: int = 40
-    num_unique: int = 3_000
     unique_tokens: int = 400
     max_tokens: int = 16
 
@@ -71,32 +70,51 @@ def tenants(shape: WorkloadShape, seed: int, num_requests: int) -> Workload:
     return Workload("tenants", tuple(bodies))
 
 
-def conversations(shape: WorkloadShape, seed: int) -> Workload:
-    """Turn 1 of every conversation, then turn 2 of every one, ...: a conversation's next turn
-    comes about ``num_conversations`` requests after its previous one."""
+def conversations(shape: WorkloadShape, seed: int, num_requests: int) -> Workload:
+    """``num_conversations`` live at a time, each of ``turns`` turns; when one ends a new one
+    takes its place. Every round visits each live conversation once, in a fresh order, so a
+    conversation's next turn comes about ``num_conversations`` requests after its previous one.
+
+    Stationary: the conversations live at the start are already at turns 1..``turns`` (their
+    earlier turns written into the history, never sent: Titan met them mid-way), so every part
+    of the stream mixes all turns alike. Were they all to start at turn 1, a sweep's later rates
+    would carry longer prompts than its earlier ones, and its last ones, past the end of the
+    conversations, repeats of prompts already cached."""
     rng = random.Random(seed)
-    histories: list[list[dict[str, str]]] = [
-        [{"role": "system", "content": f"Assistant for customer {c}."}]
-        for c in range(shape.num_conversations)
-    ]
-    bodies = []
-    for _turn in range(shape.turns):
+    started = 0
+
+    def start(turns_done: int) -> list[dict[str, str]]:
+        nonlocal started
+        history = [{"role": "system", "content": f"Assistant for customer {started}."}]
+        started += 1
+        for _ in range(turns_done):
+            history.append({"role": "user", "content": _text(rng, shape.turn_tokens) + "?"})
+            history.append({"role": "assistant", "content": _text(rng, shape.answer_tokens)})
+        return history
+
+    live = [start(slot % shape.turns) for slot in range(shape.num_conversations)]
+    bodies: list[dict[str, Any]] = []
+    while len(bodies) < num_requests:
         # A fresh order each round: in a fixed one, round robin over N replicas sends every turn
         # of a conversation to the same replica whenever N divides the number of conversations.
-        for history in rng.sample(histories, len(histories)):
+        for slot in rng.sample(range(len(live)), len(live)):
+            history = live[slot]
             history.append({"role": "user", "content": _text(rng, shape.turn_tokens) + "?"})
             bodies.append(_body(list(history), shape.max_tokens))
             history.append({"role": "assistant", "content": _text(rng, shape.answer_tokens)})
-    return Workload("conversations", tuple(bodies))
+            if len(history) >= 1 + 2 * shape.turns:  # its last turn: a new one takes the slot
+                live[slot] = start(0)
+    return Workload("conversations", tuple(bodies[:num_requests]))
 
 
-def unique(shape: WorkloadShape, seed: int) -> Workload:
+def unique(shape: WorkloadShape, seed: int, num_requests: int) -> Workload:
+    """As many prompts as asked for, none sharing a prefix with another (never a repeat)."""
     rng = random.Random(seed)
     bodies = [
         _body(
             [{"role": "user", "content": f"{_text(rng, shape.unique_tokens)}?"}], shape.max_tokens
         )
-        for _ in range(shape.num_unique)
+        for _ in range(num_requests)
     ]
     return Workload("unique", tuple(bodies))
 
@@ -105,7 +123,7 @@ def build(name: str, shape: WorkloadShape, seed: int, num_requests: int) -> Work
     if name == "tenants":
         return tenants(shape, seed, num_requests)
     if name == "conversations":
-        return conversations(shape, seed)
+        return conversations(shape, seed, num_requests)
     if name == "unique":
-        return unique(shape, seed)
+        return unique(shape, seed, num_requests)
     raise ValueError(f"no workload {name!r}: one of {', '.join(WORKLOADS)}")

@@ -15,7 +15,7 @@ from benchmarks.routing_report import BENCHMARK, targets
 from benchmarks.routing_workloads import WorkloadShape, build
 
 SHAPE = WorkloadShape(num_tenants=3, system_tokens=200, num_conversations=4, turns=3,
-                      num_unique=20, unique_tokens=50)  # fmt: skip
+                      unique_tokens=50)  # fmt: skip
 
 
 def _text(body: dict) -> str:
@@ -31,28 +31,36 @@ def test_tenants_repeat_their_long_system_prompts():
 
 
 def test_each_conversation_turn_extends_the_previous_one():
-    bodies = build("conversations", SHAPE, seed=0, num_requests=0).bodies
-    assert len(bodies) == SHAPE.num_conversations * SHAPE.turns
+    """num_conversations live at a time, each ending after ``turns`` turns and replaced; the
+    first live ones met mid-way, so the stream mixes all turns from its start."""
+    num_requests = 5 * SHAPE.num_conversations * SHAPE.turns
+    bodies = build("conversations", SHAPE, seed=0, num_requests=num_requests).bodies
+    assert len(bodies) == num_requests
     by_conversation: dict[str, list[dict]] = {}
     for body in bodies:
         by_conversation.setdefault(body["messages"][0]["content"], []).append(body)
-    assert len(by_conversation) == SHAPE.num_conversations
     for turns in by_conversation.values():
-        assert len(turns) == SHAPE.turns
+        assert len(turns) <= SHAPE.turns
         for earlier, later in itertools.pairwise(turns):
             assert later["messages"][: len(earlier["messages"])] == earlier["messages"]
             assert len(later["messages"]) == len(earlier["messages"]) + 2  # an answer, a question
-    # Rounds are shuffled: the conversations' order differs from one round to the next.
-    first = [b["messages"][0]["content"] for b in bodies[: SHAPE.num_conversations]]
+        assert len(turns[-1]["messages"]) <= 2 * SHAPE.turns  # a system prompt, then turns
+    # The first round already holds every turn number: turn k's prompt has 2k messages.
+    first_round = bodies[: SHAPE.num_conversations]
+    assert {len(b["messages"]) // 2 for b in first_round} == set(range(1, SHAPE.turns + 1))
+    finished = [t for t in by_conversation.values() if len(t[-1]["messages"]) == 2 * SHAPE.turns]
+    assert len(finished) >= 4 * SHAPE.num_conversations  # and new ones started in their place
+    # Rounds are shuffled: the live slots' order differs from one round to the next.
+    first = [b["messages"][0]["content"] for b in first_round]
     second = [b["messages"][0]["content"] for b in bodies[SHAPE.num_conversations :][: len(first)]]
-    assert sorted(first) == sorted(second) and first != second
+    assert first != second and set(first) & set(second)
 
 
 def test_unique_prompts_share_no_prefix_and_the_seed_decides():
-    bodies = build("unique", SHAPE, seed=0, num_requests=0).bodies
-    assert len({_text(body)[:20] for body in bodies}) == len(bodies)
-    assert build("unique", SHAPE, seed=0, num_requests=0) == build("unique", SHAPE, 0, 0)
-    assert build("unique", SHAPE, seed=1, num_requests=0) != build("unique", SHAPE, 0, 0)
+    bodies = build("unique", SHAPE, seed=0, num_requests=50).bodies
+    assert len(bodies) == 50 and len({_text(body)[:20] for body in bodies}) == len(bodies)
+    assert build("unique", SHAPE, seed=0, num_requests=9) == build("unique", SHAPE, 0, 9)
+    assert build("unique", SHAPE, seed=1, num_requests=9) != build("unique", SHAPE, 0, 9)
     with pytest.raises(ValueError, match="no workload 'typo'"):
         build("typo", SHAPE, 0, 0)
 

@@ -81,6 +81,25 @@ def test_load_spreads_once_a_queue_outweighs_the_prefix(clock):
     assert chosen == "a" and scores(decision)["a"]["queue_source"] == "titan"
 
 
+def test_a_reading_counts_titan_s_own_requests_as_they_are_now(clock):
+    """The server's reading beyond Titan's own in flight at that moment came from elsewhere;
+    Titan's own count is taken as it is now (the reading is up to interval_s old)."""
+    model = scored_model(clock, names=("a", "b"),
+                         weights={"prefix": 0, "queue": 1, "kv": 0, "latency": 0})  # fmt: skip
+    a, b = model.deployments
+    registry = Registry([model], random.Random(0))
+    a.outstanding = 5
+    report(model, "a", waiting=1.0, running=5.0)  # 5 of Titan's + 1 from another client
+    report(model, "b", waiting=0.0, running=3.0)  # 3 from elsewhere
+    assert a.load.current().own_in_flight == 5
+    a.outstanding = 1  # four of Titan's finished since the reading
+    chosen, decision = pick(registry, model, "hello")
+    assert chosen == "a"  # 1 + 1 against 0 + 3 (taken whole, the reading said 6 against 3)
+    assert (scores(decision)["a"]["queue_length"], scores(decision)["b"]["queue_length"]) == (2, 3)
+    a.outstanding, b.outstanding = 2, 4  # Titan's own since: never fewer than those
+    assert scores(pick(registry, model, "hello")[1])["b"]["queue_length"] == 7
+
+
 def test_kv_score_and_the_long_prompt_filter(clock):
     model = scored_model(clock, weights={"prefix": 0, "queue": 0, "kv": 1, "latency": 0},
                          kv_full=0.9, long_prompt_tokens=100)  # fmt: skip
@@ -152,6 +171,8 @@ def test_a_slower_replica_s_queue_counts_for_more(clock):
     chosen, decision = pick(registry, model, "hello")
     assert chosen == "fast"  # 5 against 7, though it holds more requests
     assert scores(decision)["slow"]["queue"] == pytest.approx(1 - 2 / 16)
+    assert (scores(decision)["fast"]["slowdown"], scores(decision)["slow"]["slowdown"]) == (1, 2)
+    assert "slowdown:2" in decision.header()
     fast.outstanding = 8  # 8 against 7: now the slow one
     assert pick(registry, model, "hello")[0] == "slow"
     # One slow answer (an uncached prefill, say) jumps the peak EWMA, barely the typical time.
@@ -165,6 +186,7 @@ def test_a_slower_replica_s_queue_counts_for_more(clock):
     chosen, decision = pick(registry, model, "hello")
     assert chosen == "slow"  # (3 + 1) x 4 - 1 = 15 against 20
     assert scores(decision)["fast"]["queue"] == pytest.approx(1 - 5 / 16)
+    assert scores(decision)["slow"]["slowdown"] == 4
 
 
 def test_ties_first_or_drawn_by_the_injected_rng(clock):

@@ -63,6 +63,10 @@ class DeploymentState:
             prefix_cache_blocks=prefix_cache_blocks,
         )
 
+    def __post_init__(self) -> None:
+        if self.load is not None:
+            self.load.own_in_flight = lambda: self.outstanding
+
     @property
     def is_available(self) -> bool:
         """Healthy enough (breaker) and below its concurrency cap."""

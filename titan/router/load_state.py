@@ -7,6 +7,7 @@ not trusted to be as idle as it last said.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,9 @@ class ReplicaLoad:
     kv_usage: float | None  # 0..1
     prefix_hit_rate: float | None  # 0..1, over the prompts since the previous scrape
     scraped_at: float  # the clock's time
+    # Titan's own requests in flight there when the reading came (None: not known). What the
+    # server holds beyond them came from elsewhere: other gateways, other clients.
+    own_in_flight: float | None = None
 
 
 class ReplicaLoadTracker:
@@ -35,6 +39,9 @@ class ReplicaLoadTracker:
         self.num_scrapes = 0
         self.num_failures = 0
         self.last_error: str | None = None
+        # Titan's own requests in flight at the server (the deployment sets it): kept with each
+        # reading, so a stale reading is not taken for the load Titan itself sent since.
+        self.own_in_flight: Callable[[], float] | None = None
 
     def record(self, exposition: Exposition) -> ReplicaLoad:
         """A successful scrape."""
@@ -45,6 +52,7 @@ class ReplicaLoadTracker:
             kv_usage=_unit(exposition.kv_usage),
             prefix_hit_rate=_unit(self._hit_rate(exposition, previous_rate)),
             scraped_at=self._now(),
+            own_in_flight=None if self.own_in_flight is None else self.own_in_flight(),
         )
         self._latest = reading
         self.num_scrapes += 1
