@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.base import measure
 from benchmarks.routing_bench import RoutingSettings, _replica_config, _titan_config
-from benchmarks.routing_report import BENCHMARK, targets
+from benchmarks.routing_report import BENCHMARK, reported, targets
 from benchmarks.routing_workloads import WorkloadShape, build
 
 SHAPE = WorkloadShape(num_tenants=3, system_tokens=200, num_conversations=4, turns=3,
@@ -101,6 +101,11 @@ def test_targets_compare_scored_with_p2c_ewma():
     assert verdicts["unique: TTFT p99 at 10/s"]["passed"] is False  # 1.10x > 1.05x
     assert verdicts["unique: throughput at the knee"]["passed"] is False  # 0.90x
     assert targets({"cases": {"tenants": {"p2c_ewma": _case(1.0, 1.0)}}}) == []
+    # The real replicas' run shows the same ratios, judged by none of the simulated targets.
+    shown = reported(results)
+    assert [c["value"] for c in shown] == [c["value"] for c in targets(results)]
+    assert {c["passed"] for c in shown} == {None}
+    assert shown[0]["target"] == "(simulated fleet: ≤ 0.5×)"
 
 
 @pytest.mark.bench_smoke
