@@ -303,6 +303,7 @@ def routing(
 
     from benchmarks.routing_bench import POLICIES, RoutingSettings
     from benchmarks.routing_report import BENCHMARK, TITAN_BENCHMARK
+    from benchmarks.routing_workloads import WORKLOADS
     from titan.chaos.processes import ServiceError
 
     overrides: dict[str, Any] = {
@@ -311,8 +312,6 @@ def routing(
     }
     if duration is not None:
         overrides["duration_s"] = duration
-    from benchmarks.routing_workloads import WORKLOADS
-
     for option, given, known in (("--policies", overrides["policies"], POLICIES),
                                  ("--workloads", overrides["workloads"], WORKLOADS)):  # fmt: skip
         if unknown := [name for name in given if name not in known]:

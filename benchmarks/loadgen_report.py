@@ -8,7 +8,7 @@ from typing import Any
 from benchmarks import loadgen_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.loadgen_bench import MAX_CORES, MIN_DELIVERED, MODES
-from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, opening_lines, targets_table
 
 NAME = "loadgen"
 SECTION_START, SECTION_END = results_file.markers(NAME)
@@ -104,18 +104,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta = results["meta"]
     s, v = meta["settings"], meta["versions"]
     tables = report_tables(results)
-    lines = [SECTION_START, "## Load generator benchmark (`python -m benchmarks loadgen`)", ""]
-    lines += quick_note(meta)
+    title = "Load generator benchmark (`python -m benchmarks loadgen`)"
+    note = "" if v.get("wrk") else "wrk not found: no baseline."
+    lines = opening_lines(SECTION_START, title, meta, tables["Targets"], note)
     profile = results["profile"]
     lines += [
-        *record_lines(meta, "" if v.get("wrk") else "wrk not found: no baseline."),
-        "",
-        "### Targets",
-        "",
-        *markdown_table(*tables["Targets"]),
-        "",
-        "### Method",
-        "",
         f"One simulated upstream (`titan simulate`: {1e3 * profile['ttft_s']:g} ms to the first "
         f"token, {profile['output_tokens']} tokens, no gaps) in its own process. For whole "
         "answers, then for streams (with `stream_options.include_usage`), after a "

@@ -136,6 +136,19 @@ def quick_note(meta: dict[str, Any]) -> list[str]:
     ]
 
 
+def opening_lines(
+    start: str,
+    title: str,
+    meta: dict[str, Any],
+    targets: tuple[list[str], list[list[str]]],
+    note: str = "",
+) -> list[str]:
+    """A section up to its method: the start marker, the title, the quick warning, the record
+    (``note`` after it), the targets table and the "### Method" heading."""
+    return [start, f"## {title}", "", *quick_note(meta), *record_lines(meta, note), "",
+            "### Targets", "", *markdown_table(*targets), "", "### Method", ""]  # fmt: skip
+
+
 def record_lines(meta: dict[str, Any], note: str = "") -> list[str]:
     """A section's record: when, with what command, on which machine, with which versions
     (a package not installed or a tool not found left out); ``note`` follows on its line."""

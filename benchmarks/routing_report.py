@@ -8,7 +8,7 @@ from typing import Any
 
 from benchmarks import results_file, routing_bench
 from benchmarks.base import Benchmark
-from benchmarks.results_file import check, markdown_table, quick_note, record_lines, targets_table
+from benchmarks.results_file import check, markdown_table, opening_lines, targets_table
 
 NAME = "routing"
 TITAN_NAME = "routing-titan"  # the same comparison over two real ``titan serve`` replicas
@@ -130,17 +130,9 @@ def _render(name: str) -> Callable[[dict[str, Any], str], str]:
         tables = report_tables(results)
         fleet = _titan_fleet(s) if name == TITAN_NAME else _simulated_fleet(s)
         title = "two real Titan replicas" if name == TITAN_NAME else "model servers"
-        lines = [start, f"## Routing over {title} (`{command}`)", ""]
-        lines += quick_note(meta)
+        lines = opening_lines(start, f"Routing over {title} (`{command}`)", meta,
+                              tables["Targets"])  # fmt: skip
         lines += [
-            *record_lines(meta),
-            "",
-            "### Targets",
-            "",
-            *markdown_table(*tables["Targets"]),
-            "",
-            "### Method",
-            "",
             f"{fleet} One `titan serve` in front, hedging and its exact cache off, "
             "`routing.policy` the only change. For every policy and workload the fleet starts "
             "empty, then the load generator sweeps open-loop (Poisson; each rate goes on in the "
