@@ -4,7 +4,9 @@ and the error budget on simulated traffic.
 Sets (tests/data): the project's own pairs and the calibration pairs are the *training* sets
 (the guards and the default threshold were tuned looking at them); the held-out pairs were
 written by a helper that never read ``titan/cache``, and nothing is tuned on them
-(tests/data/semantic_cache_heldout.md). The targets are judged on the held-out set.
+(tests/data/semantic_cache_heldout.md). The targets are judged on the held-out set, and on a
+second one written the same way later (``heldout_b``, tests/data/semantic_cache_heldout_b.md),
+which no guard or threshold has ever been evaluated against before it was added.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ SETS = {
     "project": "semantic_cache_pairs.jsonl",
     "calibration": "semantic_cache_calibration.jsonl",
     "heldout": "semantic_cache_heldout.jsonl",
+    "heldout_b": "semantic_cache_heldout_b.jsonl",
 }
 TRAINING = ("project", "calibration")
 

@@ -9,6 +9,7 @@ SET_NAMES = {
     "project": "project's pairs (training)",
     "calibration": "calibration pairs (training)",
     "heldout": "**held-out pairs**",
+    "heldout_b": "**held-out pairs B**",
 }
 
 

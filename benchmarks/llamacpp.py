@@ -6,7 +6,9 @@ Phases, for each server: one stream of 256 tokens (decode speed), the engine ben
 requests arriving at once (aggregate tokens/s, TTFT, peak memory), one prompt of ~4,700 tokens
 (time to first token), and a 20-turn conversation adding ~650 tokens a turn (Titan through
 /v1/responses at its default window and at --max-model-len 2048; llama-server through
-/v1/chat/completions with the whole history, as its clients send it).
+/v1/chat/completions with the whole history, as its clients send it). Last, what Titan's context
+shift (trimmed turns' KV moved, not recomputed) changes in answers, in process
+(benchmarks/context_shift_quality.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks import context_shift_quality
 from benchmarks.llama_server import (
     LLAMA_CPP_PYTHON,
     llama_server_binary,
@@ -192,6 +195,11 @@ def _run(settings: Settings, work_dir: Path, say: Callable[[str], None]) -> dict
         "llama-server": llama_server_version(binary),
         "llama-cpp-python sdist": LLAMA_CPP_PYTHON,
     }
+    say("context shift: trimmed turns answered shifted, exact and untrimmed")
+    sizes = {"num_cases": 2, "turns_per_case": 3, "tokens_per_turn": 100, "answer_tokens": 8}
+    results["context_shift_quality"] = context_shift_quality.measure(
+        **(sizes if settings.is_quick else {})
+    )
     results["meta"] = {"machine": {"cpu_flags": cpu_flags()}, "versions": versions}
     results["kernel"] = _titan_kernel_line(work_dir)
     return results

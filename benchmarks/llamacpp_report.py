@@ -115,8 +115,33 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     if llama["conversation"]["refused"]:
         lines += ["", f"llama-server refused turn {len(llama_turns) + 1}: "
                   f"`{llama['conversation']['refused']}`."]  # fmt: skip
+    lines += _shift_quality_lines(results.get("context_shift_quality"))
     lines += ["", f"Raw numbers: `{json_name}`.", "", f"<!-- {NAME}-bench:end -->"]
     return "\n".join(lines)
+
+
+def _shift_quality_lines(quality: dict[str, Any] | None) -> list[str]:
+    if not quality:
+        return []
+    cases = quality["cases"]
+    num_prompt_tokens = sum(c["prompt_tokens"] for c in cases)
+    shifted = sum(c["shifted_tokens"] for c in cases) / max(1, num_prompt_tokens)
+    rows = (("shifted vs exact (what context shift changes)", quality["shifted_vs_exact"]),
+            ("exact vs untrimmed (what trimming itself changes)", quality["exact_vs_untrimmed"]),
+            ("shifted vs untrimmed", quality["shifted_vs_untrimmed"]))  # fmt: skip
+    return [
+        "", "### Context shift's answers", "",
+        f"{quality['num_cases']} conversations (the notes-and-question turns above, with the "
+        "engine's own replies), each trimmed of its 1-3 oldest turns at a new turn, answered "
+        f"greedy ({quality['answer_tokens']} tokens) three ways in one engine in this process: "
+        "*shifted* (the kept turns' KV moved from the previous request, Titan's default), "
+        "*exact* (the trimmed prompt recomputed) and *untrimmed* (the whole history). "
+        f"{shifted:.0%} of the trimmed prompts' tokens were moved, not computed.", "",
+        "| answers compared | identical | tokens before the first difference |",
+        "|---|---|---|",
+        *[f"| {label} | {row['identical']:.0%} | {row['common_prefix']:.0%} |"
+          for label, row in rows],
+    ]  # fmt: skip
 
 
 def _row(label: str, titan: Any, llama: Any, fmt: str) -> str:

@@ -96,10 +96,12 @@ def test_the_section_replaces_only_its_own_and_links_the_curves(quick_run):
 def test_every_target_has_a_verdict(quick_run):
     outcome, _, output, _, _ = quick_run
     targets = outcome.results["targets"]
-    assert len(targets) == 9  # the realized error at each max_error_rate, held-out traffic
+    # The held-out sets' two rates each, the realized error at each max_error_rate, held-out
+    # traffic, latency.
+    assert len(targets) == 11
     assert all(isinstance(t["passed"], bool) and t["value"] is not None for t in targets)
     target_rows = output.read_text().split("### Targets")[1].split("###")[0]
-    assert len(re.findall(r"\| (PASS|FAIL) \|", target_rows)) == 9
+    assert len(re.findall(r"\| (PASS|FAIL) \|", target_rows)) == len(targets)
 
 
 def test_the_evaluation_compares_the_configured_policy_with_the_baseline(quick_run):

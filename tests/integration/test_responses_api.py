@@ -20,6 +20,15 @@ SIMULATED = {
 }
 
 
+def shifted_tokens(metrics: str) -> float:
+    """titan_context_shift_tokens_total summed over models, from /metrics."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("titan_context_shift_tokens_total")
+    )
+
+
 def sdk(base_url: str, key: str = "none") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, max_retries=0)
 
@@ -62,13 +71,13 @@ def test_a_conversation_chains_streams_and_is_kept_per_tenant():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("headroom", [0.0, 0.5])
-def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float):
+@pytest.mark.parametrize(("headroom", "context_shift"), [(0.0, False), (0.5, True)])
+def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float, context_shift: bool):
     window, output = 256, 4
     config = {
         "models": [{"deployments": [{"backend": "embedded", "engine": {"max_model_len": window}}]}],
         "probes": {"enabled": False},
-        "context": {"trim_headroom": headroom},
+        "context": {"trim_headroom": headroom, "context_shift": context_shift},
     }
     with running_titan(config) as titan, sdk(titan) as client:
         previous, dropped, cached = None, [], []
@@ -93,6 +102,15 @@ def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float):
         kept = [t for t in range(1, 25) if dropped[t] == dropped[t - 1]]
         assert kept and all(cached[t] >= 16 for t in kept), list(zip(dropped, cached, strict=True))
         assert dropped == sorted(dropped)
+        # With context shift, a trim keeps the turns after the dropped ones with their KV moved,
+        # not recomputed, so even a trimming turn is mostly served from the cache.
+        trimming = [t for t in range(1, 25) if dropped[t] != dropped[t - 1]]
+        shifted = shifted_tokens(httpx.get(f"{titan}/metrics").text)
+        if context_shift:
+            assert all(cached[t] >= 32 for t in trimming), list(zip(dropped, cached, strict=True))
+            assert shifted >= 32 * len(trimming)
+        else:
+            assert shifted == 0 and all(cached[t] < 32 for t in trimming)
         trims = sum(after != before for before, after in itertools.pairwise(dropped))
         trimmed_turns = sum(d > 0 for d in dropped)
         if headroom:  # the prompt's prefix stays put for several turns after each trim

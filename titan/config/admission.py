@@ -150,3 +150,8 @@ class ContextConfig(Settings):
     # sending fewer old turns. 0: always keep the most that fits (every turn past the window
     # then recomputes the whole prompt: docs/ARCHITECTURE.md, "Trimming").
     trim_headroom: float = Field(0.5, ge=0, lt=1)
+    # When trimming drops turns, an embedded engine copies the KV of the turns it keeps from
+    # the conversation's last request (keys rotated to their new positions) instead of
+    # computing them again: approximate (that KV was computed with the dropped turns in front),
+    # like llama.cpp's context shift. false: recompute exactly (docs/conversations.md).
+    context_shift: bool = True

@@ -33,6 +33,9 @@ class History:
     summary: str | None = None
     summarized: int = 0
     dropped: int = 0
+    # The conversation's own id, the same for all its responses (a chain of
+    # previous_response_id): an embedded engine reuses its earlier turns' KV under it.
+    thread: str = ""
 
     def extended(self, *messages: dict[str, Any], **changes: Any) -> History:
         return replace(self, messages=[*self.messages, *messages], **changes)
@@ -54,7 +57,7 @@ class Conversations:
     async def continued(self, tenant: str, previous_response_id: str | None) -> History:
         """The conversation a new response continues (no instructions: those are per request)."""
         if previous_response_id is None:
-            return History([])
+            return History([], thread=uuid.uuid4().hex)
         stored = await self.documents.get(NAMESPACE, self._id(tenant, previous_response_id))
         if stored is None:
             raise NotFoundError(
@@ -67,6 +70,7 @@ class Conversations:
             stored.get("summary"),
             int(stored.get("summarized", 0)),
             int(stored.get("dropped", 0)),
+            stored.get("thread") or previous_response_id,
         )
 
     async def save(self, tenant: str, response: Mapping[str, Any], history: History) -> None:
@@ -77,6 +81,7 @@ class Conversations:
             "summary": history.summary,
             "summarized": max(0, history.summarized - cut),
             "dropped": max(0, history.dropped - cut),
+            "thread": history.thread,
             "stored_at": self._now(),
         }
         await self.documents.put(NAMESPACE, self._id(tenant, response["id"]), document)

@@ -32,6 +32,7 @@ class _Add:
     priority: int
     share_prompt_with: str | None = None
     beam: BeamSearchParams | None = None
+    shift_scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,11 +72,14 @@ class AsyncEngine:
         *,
         share_prompt_with: str | None = None,
         beam: BeamSearchParams | None = None,
+        shift_scope: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Validate and enqueue now (raising TitanError at once), then stream outputs.
 
         share_prompt_with: a request with the same prompt (n > 1) whose prompt KV this one forks.
-        beam: run a beam search instead; one finished output carries the ``beams``."""
+        beam: run a beam search instead; one finished output carries the ``beams``.
+        shift_scope: the conversation the request continues (context shift, Engine.add_request).
+        """
         if self._is_stopped:
             raise ServiceUnavailableError("The engine is shutting down.")
         self.engine.validate_prompt(prompt_token_ids, params)
@@ -84,7 +88,15 @@ class AsyncEngine:
         stream: asyncio.Queue[RequestOutput | TitanError] = asyncio.Queue()
         self._streams[request_id] = stream
         self._commands.put(
-            _Add(request_id, list(prompt_token_ids), params, priority, share_prompt_with, beam)
+            _Add(
+                request_id,
+                list(prompt_token_ids),
+                params,
+                priority,
+                share_prompt_with,
+                beam,
+                shift_scope,
+            )
         )
         return self._stream(request_id, stream)
 
@@ -175,6 +187,7 @@ class AsyncEngine:
                         command.params,
                         command.priority,
                         share_prompt_with=command.share_prompt_with,
+                        shift_scope=command.shift_scope,
                     )
             except TitanError as exc:
                 self._loop.call_soon_threadsafe(self._deliver_error, command.request_id, exc)

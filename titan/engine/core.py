@@ -152,6 +152,7 @@ class EngineCore:
         params: SamplingParams,
         priority: int = 0,
         share_prompt_with: str | None = None,
+        shift_scope: str | None = None,
     ) -> None:
         self._check_new(request_id, prompt_token_ids, params)
         request = Request(
@@ -161,6 +162,7 @@ class EngineCore:
             priority=priority,
             arrival_seq=next(self._arrivals),
             eos_token_ids=self._tokenizer.eos_token_ids,
+            shift_scope=shift_scope,
         )
         sibling = self._sequences.get(share_prompt_with or "")
         if sibling is not None and sibling.request.prompt_token_ids == request.prompt_token_ids:
@@ -232,6 +234,10 @@ class EngineCore:
         schedule = self.scheduler.schedule()
         self._stats.num_preemptions = self.scheduler.num_preemptions
         self._copy_blocks(schedule.block_copies)
+        if schedule.kv_moves:
+            self.runner.move_kv(schedule.kv_moves)
+            self.kv.release_moved(schedule.kv_moves)
+            self._stats.num_shifted_tokens += sum(len(m.source_slots) for m in schedule.kv_moves)
         if schedule.is_empty:
             return []
         rows = {}

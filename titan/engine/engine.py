@@ -82,10 +82,15 @@ class Engine:
         params: SamplingParams,
         priority: int = 0,
         share_prompt_with: str | None = None,
+        shift_scope: str | None = None,
     ) -> None:
         """``share_prompt_with``: the id of a request with the same prompt (n > 1): this one
-        forks that request's prompt KV instead of computing the prompt again."""
-        self.core.add_request(request_id, prompt_token_ids, params, priority, share_prompt_with)
+        forks that request's prompt KV instead of computing the prompt again. ``shift_scope``:
+        the conversation this request continues; its prompt may reuse the KV of the scope's
+        last sequence with a stretch dropped (context shift, approximate)."""
+        self.core.add_request(
+            request_id, prompt_token_ids, params, priority, share_prompt_with, shift_scope
+        )
         self.output_processor.add_request(request_id, prompt_token_ids, params)
 
     def add_beam_search(

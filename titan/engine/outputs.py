@@ -76,6 +76,8 @@ class EngineStats:
     num_prompt_tokens: int = 0
     num_computed_prompt_tokens: int = 0  # prompt tokens that went through the model
     num_cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    # Of those, copied from the request's conversation's last sequence (context shift).
+    num_shifted_tokens: int = 0
     num_generated_tokens: int = 0
     num_steps: int = 0
     num_running: int = 0

@@ -42,6 +42,7 @@ class Request:
         priority: int = 0,
         arrival_seq: int = 0,
         eos_token_ids: tuple[int, ...] = (),
+        shift_scope: str | None = None,
     ):
         self.request_id = request_id
         self.params = params
@@ -63,6 +64,11 @@ class Request:
         # until that sibling has computed the prompt, then shares its KV blocks (copy-on-write of
         # the last one) instead of computing the prompt again. Cleared at first admission.
         self.share_prompt_with: str | None = None
+        # Context shift (kv_cache/context_shift.py): the scope (a conversation) whose last
+        # sequence this request may reuse KV from with a stretch dropped, and the first of its
+        # blocks whose KV is approximate (published under scoped keys; None: all exact).
+        self.shift_scope = shift_scope
+        self.first_approximate_block: int | None = None
 
     @property
     def num_tokens(self) -> int:

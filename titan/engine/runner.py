@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from titan.engine.kv_cache.context_shift import KVMove
 from titan.engine.model.attention import (
     AttentionMetadata,
     DecodeGroup,
@@ -17,6 +18,7 @@ from titan.engine.model.attention import (
 )
 from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.model.quantized import QuantizedLlama
+from titan.engine.model.rope import inverse_frequencies, rotated_back
 from titan.engine.sampler import SampledToken, SamplingRow, sample
 from titan.engine.scheduler import ScheduledRequest
 
@@ -73,6 +75,23 @@ class ModelRunner:
         ]
         if isinstance(model, QuantizedLlama):
             model.bind_cache(self.kv_caches)
+
+    @torch.inference_mode()
+    def move_kv(self, moves: list[KVMove]) -> None:
+        """Copy KV between slots, every layer; keys rotated back by each move's shift (RoPE is a
+        rotation per position, so the key at ``q + d`` rotated by ``-d`` is the key at ``q``)."""
+        size, device = self.block_size, self.device
+        inv_freq = inverse_frequencies(self.model.config).to(device)
+        for move in moves:
+            source = torch.tensor(move.source_slots, dtype=torch.long, device=device)
+            destination = torch.tensor(move.destination_slots, dtype=torch.long, device=device)
+            for key_cache, value_cache in self.kv_caches:
+                keys = key_cache[source // size, :, :, source % size]  # [n, kv_heads, head_dim]
+                if move.shift:
+                    keys = rotated_back(keys, move.shift, inv_freq)
+                key_cache[destination // size, :, :, destination % size] = keys
+                values = value_cache.view(-1, *value_cache.shape[2:])
+                values.index_copy_(0, destination, values.index_select(0, source))
 
     @torch.inference_mode()
     def execute(

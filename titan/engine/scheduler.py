@@ -13,6 +13,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from titan.engine.cost_model import StepCostModel
+from titan.engine.kv_cache.context_shift import KVMove
 from titan.engine.kv_cache.manager import KVCacheManager, NoFreeBlockError
 from titan.engine.request import Request, RequestStatus
 
@@ -53,6 +54,9 @@ class SchedulerOutput:
     # Copy-on-write of forked sequences: (source, destination) KV blocks to copy, in order,
     # before this step's forward pass writes anything.
     block_copies: list[tuple[int, int]] = field(default_factory=list)
+    # Context shift: KV copied (keys rotated) into newly admitted requests' blocks before this
+    # step's forward pass; the caller releases their source blocks after (kv.release_moved).
+    kv_moves: list[KVMove] = field(default_factory=list)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -98,6 +102,7 @@ class Scheduler:
             self.running.remove(request)
         else:
             self.waiting.remove(request)
+        self.kv.remember(request)
         self.kv.free(request)
         request.status = status
         return request
@@ -160,12 +165,18 @@ class Scheduler:
                 budget -= 1
                 continue
             cached = self.kv.find_cached_prefix(request) if request.num_computed_tokens == 0 else []
-            num_computed = len(cached) * self.kv.block_size
+            shift = self.kv.plan_shift(request, cached) if request.shift_scope else None
+            num_computed = shift.reused_end if shift else len(cached) * self.kv.block_size
             num_new = self._chunk(request, num_computed, budget, decode_load)
-            if not self.kv.allocate_slots(request, num_new, cached):
+            if shift is not None:
+                moves = self.kv.adopt_shifted(request, cached, shift, num_new)
+                if moves is None:
+                    break
+                output.kv_moves.extend(moves)
+            elif not self.kv.allocate_slots(request, num_new, cached):
                 break
             self.waiting.pop(position)
-            if request.status == RequestStatus.WAITING and cached:
+            if request.status == RequestStatus.WAITING and num_computed:
                 # First admission only: a recompute after preemption is not a prompt-cache hit.
                 request.num_cached_tokens = min(num_computed, request.num_prompt_tokens)
                 self.num_cached_prompt_tokens += request.num_cached_tokens
@@ -330,5 +341,6 @@ class Scheduler:
                 raise AssertionError(f"waiting {request} holds KV state")
         # Shared blocks count once per holder, so holders can only outnumber used blocks.
         held = sum(len(r.block_ids) for r in self.running)
+        held += sum(len(move.held_block_ids) for move in output.kv_moves)
         if held < self.kv.num_total_blocks - self.kv.num_free_blocks:
             raise AssertionError("blocks are in use that no running request holds (a leak)")

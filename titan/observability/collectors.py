@@ -18,6 +18,9 @@ ENGINE_COUNTERS = {
         "titan_prefix_cache_queries", "Prompt tokens looked up in the prefix cache."),
     "num_cached_prompt_tokens": (
         "titan_prefix_cache_hits", "Prompt tokens the prefix cache served."),
+    "num_shifted_tokens": (
+        "titan_context_shift_tokens",
+        "Prompt tokens whose KV a context shift copied from their conversation's last turn."),
     "num_generated_tokens": ("titan_engine_generation_tokens", "Tokens the engine generated."),
     "num_steps": ("titan_engine_steps", "Engine steps (one batch through the model each)."),
     "num_requests_aborted": ("titan_engine_requests_aborted", "Engine requests aborted."),

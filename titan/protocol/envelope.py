@@ -50,6 +50,10 @@ class ClientRequest:
     # plans against (None: admission.default_deadline_s). Parsed once, by the HTTP layer.
     timeout_s: float | None = None
     deadline_s: float | None = None
+    # The server-side conversation this request continues (tenant-qualified), set by
+    # /v1/responses: an embedded engine may reuse the KV of the conversation's last turn when
+    # trimming dropped turns in between (context shift). Never sent upstream.
+    shift_scope: str | None = None
 
     @classmethod
     def sent(

@@ -138,6 +138,8 @@ class ResponsesService:
         if body.stream:
             chat["stream_options"] = {"include_usage": True}
         request = chat_request(chat, client)
+        if self.config.context_shift:
+            request = replace(request, shift_scope=f"{tenant}/{history.thread}")
         return Prepared(tenant, history, trimmed, request, tools, sources, search)
 
     async def _summarized(

@@ -99,12 +99,12 @@ class EmbeddedBackend:
 
     async def complete(self, request: ClientRequest) -> Answer:
         if request.endpoint == "chat":
-            return await self.chat_completion(request.parsed)  # type: ignore[arg-type]
+            return await self.chat_completion(request.parsed, request.shift_scope)  # type: ignore[arg-type]
         return await self.completion(request.parsed)  # type: ignore[arg-type]
 
     def stream(self, request: ClientRequest) -> AsyncIterator[Answer]:
         if request.endpoint == "chat":
-            return self.chat_completion_stream(request.parsed)  # type: ignore[arg-type]
+            return self.chat_completion_stream(request.parsed, request.shift_scope)  # type: ignore[arg-type]
         return self.completion_stream(request.parsed)  # type: ignore[arg-type]
 
     @property
@@ -157,10 +157,9 @@ class EmbeddedBackend:
         self, engine: EngineHandle, run: ChoiceRun, beam: BeamSearchParams | None = None
     ) -> AsyncIterator[RequestOutput]:
         """The engine's outputs for one run; leaving early closes (and so aborts) it."""
-        # Only when set: engines that know neither (test fakes) serve plain requests.
-        options: dict[str, Any] = (
-            {"share_prompt_with": run.share_prompt_with} if run.share_prompt_with else {}
-        )
+        # Only when set: engines that know none of them (test fakes) serve plain requests.
+        named = {"share_prompt_with": run.share_prompt_with, "shift_scope": run.shift_scope}
+        options: dict[str, Any] = {name: value for name, value in named.items() if value}
         if beam is not None:
             options["beam"] = beam
         stream = engine.generate(
@@ -228,11 +227,13 @@ class EmbeddedBackend:
 
     # ---- chat ------------------------------------------------------------------------------
 
-    async def chat_completion(self, request: ChatCompletionRequest) -> ChatCompletion:
+    async def chat_completion(
+        self, request: ChatCompletionRequest, shift_scope: str | None = None
+    ) -> ChatCompletion:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
         plan = tool_plan(request, self._max_tool_calls)
-        runs = chat_runs(engine, request, request_id, plan)
+        runs = chat_runs(engine, request, request_id, plan, shift_scope)
         runs, results = await self._run_choices(engine, runs, request)
         choices = []
         for run, result in zip(runs, results, strict=True):
@@ -256,12 +257,12 @@ class EmbeddedBackend:
         )
 
     async def chat_completion_stream(
-        self, request: ChatCompletionRequest
+        self, request: ChatCompletionRequest, shift_scope: str | None = None
     ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._running_engine()
         request_id = make_id("chatcmpl")
         plan = tool_plan(request, self._max_tool_calls)
-        runs = chat_runs(engine, request, request_id, plan)
+        runs = chat_runs(engine, request, request_id, plan, shift_scope)
         created = int(time.time())
 
         def chunk(

@@ -35,6 +35,7 @@ class EngineHandle(Protocol):
         *,
         share_prompt_with: str | None = None,
         beam: BeamSearchParams | None = None,
+        shift_scope: str | None = None,
     ) -> AsyncIterator[RequestOutput]: ...
 
     def stats(self) -> EngineStats: ...

@@ -39,6 +39,8 @@ class ChoiceRun:
     share_prompt_with: str | None = None
     # A forced "required" reply with parallel calls: cut at the first repeated call.
     cuts_repeated_calls: bool = False
+    # The conversation the request continues (context shift: Engine.add_request).
+    shift_scope: str | None = None
 
 
 @dataclass
@@ -84,7 +86,11 @@ def _with_forced_calls(params: SamplingParams, plan: ToolPlan) -> SamplingParams
 
 
 def chat_runs(
-    engine: EngineHandle, request: ChatCompletionRequest, request_id: str, plan: ToolPlan
+    engine: EngineHandle,
+    request: ChatCompletionRequest,
+    request_id: str,
+    plan: ToolPlan,
+    shift_scope: str | None = None,
 ) -> list[ChoiceRun]:
     check_chat_supported(request)
     tokenizer = engine.tokenizer
@@ -112,6 +118,8 @@ def chat_runs(
             priority=request.priority,
             share_prompt_with=f"{request_id}-0" if i else None,
             cuts_repeated_calls=plan.mode == "required" and plan.is_parallel,
+            # n > 1 forks the first choice's prompt KV instead.
+            shift_scope=shift_scope if request.n == 1 else None,
         )
         for i in range(request.n)
     ]

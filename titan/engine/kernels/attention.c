@@ -3,7 +3,7 @@
  *
  * Every query token attends to its own sequence's cached tokens 0..position (its own K/V were
  * written before the call). The arithmetic for one query row never depends on what else is in
- * the call: keys are visited in blocks of LANES in position order, and every sum (a score over
+ * the call: keys are visited in blocks of KEYS in position order, and every sum (a score over
  * head_dim, the softmax's running maximum and total, the output over tokens) runs in an order
  * fixed by the code and by the row's own context length. So a token's attention output is the
  * same bits whether it is a decode, part of a prefill chunk of any size, or recomputed after a
@@ -13,9 +13,13 @@
  * are the tile's queries times the query heads sharing that KV head (GQA), so each block of K
  * and V is read once for all of them. The softmax is online (flash attention's): a running
  * maximum and total per row, the output rescaled when the maximum grows, so nothing the size of
- * the context is ever written out. K blocks are stored transposed: the scores of LANES
+ * the context is ever written out. K blocks are stored transposed: the scores of KEYS
  * consecutive keys are one vector, accumulated over head_dim by FMAs with no horizontal sums.
- * Scores, softmax and accumulation are float32. Vector code uses GCC/Clang vector extensions.
+ * Scores, softmax and accumulation are float32. Vector code uses GCC/Clang vector extensions
+ * of the target's own register width (KEYS lanes: 16 with AVX-512, 8 with AVX, 4 elsewhere):
+ * a wider vector type has no machine mode there, and the compiler kept every one in memory
+ * (prefill attention ran at 13 GFLOP/s on an AVX2 EPYC). KEYS is fixed per build, so a row's
+ * arithmetic still never depends on the batch; across instruction sets it differs by rounding.
  *
  * Layouts (row-major):
  *   q, out           [num_tokens, num_heads, head_dim] (rows q_stride / out_stride apart)
@@ -39,18 +43,91 @@
 #define TILE 16
 #define MAX_HEADS 128
 #define MAX_HEAD_DIM 256
-/* Rows computed together: 8 score chains keep both FMA pipes busy (a chain waits 4 cycles for
- * its previous FMA); 4 rows of 4 output slices fill the registers when accumulating values. */
-#define SCORE_ROWS 8
+/* Rows computed together, as many as the registers hold: 8 score chains keep both FMA pipes
+ * busy (a chain waits 4 cycles for its previous FMA); VALUE_ROWS rows of VALUE_SLICES output
+ * slices, plus the values loaded, fill the registers when accumulating values (32 registers
+ * with AVX-512 and NEON, 16 with AVX and SSE). */
+#if defined(__AVX512F__)
+#define KEYS 16
 #define VALUE_ROWS 4
+#elif defined(__AVX__)
+#define KEYS 8
+#define VALUE_ROWS 3
+#else
+#define KEYS 4
+#define VALUE_ROWS 3
+#endif
+#define SCORE_ROWS 8
+#define VALUE_SLICES 4
+
+typedef float vk __attribute__((vector_size(4 * KEYS)));
+typedef float vku __attribute__((vector_size(4 * KEYS), aligned(4)));
+typedef int32_t vki __attribute__((vector_size(4 * KEYS)));
+
+static inline vk load_k(const float *p) { return *(const vku *)p; }
+static inline void store_k(float *p, vk v) { *(vku *)p = v; }
+static inline vk splat_k(float value) { return (vk){0} + value; }
+static inline vk vmax_k(vk a, vk b) {
+    const vki take_a = a > b;
+    return (vk)(((vki)a & take_a) | ((vki)b & ~take_a));
+}
+
+/* exp(x) for x <= 0: vec.h's exp_nonpositive, the same operations at this width. */
+static inline vk exp_k(vk x) {
+    x = vmax_k(x, splat_k(-87.0f));
+    const vki n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vki);
+    const vk nf = __builtin_convertvector(n, vk);
+    vk r = x - nf * 0.693359375f;
+    r = r - nf * -2.12194440e-4f;
+    vk p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (vk)((n + 127) << 23);
+}
+
+/* Lane i paired with lane i ^ distance. */
+static inline vk swap_k(vk v, int distance) {
+#if KEYS == 16
+    switch (distance) {
+    case 8: return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    case 4: return __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    case 2: return __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    default: return __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    }
+#elif KEYS == 8
+    switch (distance) {
+    case 4: return __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+    case 2: return __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5);
+    default: return __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6);
+    }
+#else
+    return distance == 2 ? __builtin_shufflevector(v, v, 2, 3, 0, 1)
+                         : __builtin_shufflevector(v, v, 1, 0, 3, 2);
+#endif
+}
+
+/* The maximum, and the sum, of the lanes, by a fixed tree. */
+static inline float max_k(vk v) {
+    for (int distance = KEYS / 2; distance >= 1; distance /= 2) v = vmax_k(v, swap_k(v, distance));
+    return v[0];
+}
+
+static inline float sum_k(vk v) {
+    for (int distance = KEYS / 2; distance >= 1; distance /= 2) v = v + swap_k(v, distance);
+    return v[0];
+}
 
 /* One thread's scratch for a unit of at most `rows` rows. */
 typedef struct {
     float *q;   /* [rows][head_dim], scaled */
     float *acc; /* [rows][head_dim] */
-    float *p;   /* [rows][LANES]: this block's probabilities */
-    float *v;   /* [LANES][head_dim]: this block's values */
-    float *total;                 /* [rows][LANES]: the softmax's running total, per lane */
+    float *p;   /* [rows][KEYS]: this block's probabilities */
+    float *k;   /* [head_dim][KEYS]: this block's keys (16-bit caches: converted) */
+    float *v;   /* [KEYS][head_dim]: this block's values (16-bit caches: converted) */
+    float *total;                 /* [rows][KEYS]: the softmax's running total, per lane */
     float *max, *rescale;         /* [rows] */
 } scratch;
 
@@ -60,9 +137,7 @@ typedef struct {
     scratch *scratches;                               /* per thread */
 } attention_job;
 
-static inline vf load_bf16_vec(const uint16_t *p) { return load_bf16(p); }
-
-/* Ask for the keys and values of the next LANES positions while these are computed: cache
+/* Ask for the keys and values of the next positions while these are computed: cache
  * blocks are scattered in memory, so the hardware prefetchers cannot guess them. */
 static inline void prefetch_rows(const void *start, int64_t row_bytes, int64_t stride_bytes,
                                  int64_t num_rows) {
@@ -71,63 +146,92 @@ static inline void prefetch_rows(const void *start, int64_t row_bytes, int64_t s
             __builtin_prefetch((const char *)start + r * stride_bytes + offset, 0, 1);
 }
 
-/* Scores of LANES keys for R rows: kf[d] holds dimension d of the keys. One FMA chain per row,
- * in d order. */
+/* Scores of KEYS keys for R rows: dimension d of the keys is KEYS floats at k + d * stride.
+ * One FMA chain per row, in d order. */
 static inline __attribute__((always_inline)) void scores_for(const float *q, int64_t head_dim,
-                                                            const vf *kf, vf *out, const int R) {
-    vf s[SCORE_ROWS];
-    for (int r = 0; r < R; r++) s[r] = splat(0.f);
+                                                            const float *k, int64_t stride,
+                                                            vk *out, const int R) {
+    vk s[SCORE_ROWS];
+    for (int r = 0; r < R; r++) s[r] = splat_k(0.f);
     for (int64_t d = 0; d < head_dim; d++) {
-        const vf k = kf[d];
-        for (int r = 0; r < R; r++) s[r] += q[r * head_dim + d] * k;
+        const vk key = load_k(k + d * stride);
+        for (int r = 0; r < R; r++) s[r] += q[r * head_dim + d] * key;
     }
     for (int r = 0; r < R; r++) out[r] = s[r];
 }
 
-/* For R rows: acc[r] = acc[r] * rescale[r] + sum_j p[r][j] * v[j * stride], j in order, each
- * LANES-wide slice of each row its own chain (rows and slices interleaved: one load of v serves
- * every row). count[r]: the keys row r sees, at most LANES. */
+static inline __attribute__((always_inline)) void scores_any(const float *q, int64_t head_dim,
+                                                            const float *k, int64_t stride,
+                                                            vk *out, int R) {
+    switch (R) { /* each row count its own unrolled loops */
+    case 1: scores_for(q, head_dim, k, stride, out, 1); break;
+    case 2: scores_for(q, head_dim, k, stride, out, 2); break;
+    case 3: scores_for(q, head_dim, k, stride, out, 3); break;
+    case 4: scores_for(q, head_dim, k, stride, out, 4); break;
+    case 5: scores_for(q, head_dim, k, stride, out, 5); break;
+    case 6: scores_for(q, head_dim, k, stride, out, 6); break;
+    case 7: scores_for(q, head_dim, k, stride, out, 7); break;
+    default: scores_for(q, head_dim, k, stride, out, SCORE_ROWS); break;
+    }
+}
+
+/* For R rows and S slices of KEYS dimensions from d0: acc[r] = acc[r] * rescale[r] +
+ * sum_j p[r][j] * v[j * stride], j < most in order, each slice of each row its own chain (one
+ * load of v serves every row). */
+static inline __attribute__((always_inline)) void accumulate_slices(
+    float *acc, const float *rescale, const float *p, int64_t most, const float *v,
+    int64_t stride, int64_t head_dim, int64_t d0, const int R, const int S) {
+    vk a[VALUE_ROWS][VALUE_SLICES];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++) a[r][c] = load_k(acc + r * head_dim + d0 + c * KEYS) * rescale[r];
+    for (int64_t j = 0; j < most; j++) {
+        for (int c = 0; c < S; c++) {
+            const vk value = load_k(v + j * stride + d0 + c * KEYS);
+            for (int r = 0; r < R; r++) a[r][c] += p[r * KEYS + j] * value;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++) store_k(acc + r * head_dim + d0 + c * KEYS, a[r][c]);
+}
+
+/* accumulate_slices over the head. count[r]: the keys row r sees, at most KEYS. */
 static inline __attribute__((always_inline)) void accumulate_rows(
     float *acc, const float *rescale, const float *p, const int64_t *count, const float *v,
     int64_t stride, int64_t head_dim, const int R) {
     int64_t most = 0; /* a row's probabilities past its own count are zero: adding them is exact */
     for (int r = 0; r < R; r++) most = count[r] > most ? count[r] : most;
-    for (int64_t d0 = 0; d0 < head_dim; d0 += 4 * LANES) {
-        const int slices = head_dim - d0 >= 4 * LANES ? 4 : (int)((head_dim - d0) / LANES);
-        vf a[VALUE_ROWS][4];
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < slices; c++)
-                a[r][c] = load_f32(acc + r * head_dim + d0 + c * LANES) * rescale[r];
-        for (int64_t j = 0; j < most; j++) {
-            for (int c = 0; c < slices; c++) {
-                const vf value = load_f32(v + j * stride + d0 + c * LANES);
-                for (int r = 0; r < R; r++) a[r][c] += p[r * LANES + j] * value;
-            }
-        }
-        for (int r = 0; r < R; r++)
-            for (int c = 0; c < slices; c++)
-                *(vfu *)(acc + r * head_dim + d0 + c * LANES) = a[r][c];
+    int64_t d0 = 0;
+    for (; d0 + VALUE_SLICES * KEYS <= head_dim; d0 += VALUE_SLICES * KEYS)
+        accumulate_slices(acc, rescale, p, most, v, stride, head_dim, d0, R, VALUE_SLICES);
+    for (; d0 < head_dim; d0 += KEYS)
+        accumulate_slices(acc, rescale, p, most, v, stride, head_dim, d0, R, 1);
+}
+
+static inline __attribute__((always_inline)) void accumulate_any(
+    float *acc, const float *rescale, const float *p, const int64_t *count, const float *v,
+    int64_t stride, int64_t head_dim, int R) {
+    switch (R) {
+    case 1: accumulate_rows(acc, rescale, p, count, v, stride, head_dim, 1); break;
+    case 2: accumulate_rows(acc, rescale, p, count, v, stride, head_dim, 2); break;
+#if VALUE_ROWS > 3
+    case 3: accumulate_rows(acc, rescale, p, count, v, stride, head_dim, 3); break;
+#endif
+    default: accumulate_rows(acc, rescale, p, count, v, stride, head_dim, VALUE_ROWS); break;
     }
 }
 
-/* The maximum of the lanes, by a fixed tree. */
-static inline float vector_max(vf v) {
-    vf h = vmax(v, __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-    h = vmax(h, __builtin_shufflevector(h, h, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-    h = vmax(h, __builtin_shufflevector(h, h, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-    h = vmax(h, __builtin_shufflevector(h, h, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
-    return h[0];
-}
-
 /* Lanes j >= visible set to `fill` (the last block a row sees is cut at its position). */
-static inline vf cut(vf x, int64_t visible, float fill) {
-    if (visible >= LANES) return x;
-    for (int j = (int)visible; j < LANES; j++) x[j] = fill;
-    return x;
+static inline vk cut(vk x, int64_t visible, float fill) {
+    if (visible >= KEYS) return x;
+    vki lane;
+    for (int j = 0; j < KEYS; j++) lane[j] = j;
+    const vki keep = lane < (vki){0} + (int32_t)visible;
+    return (vk)(((vki)x & keep) | ((vki)splat_k(fill) & ~keep));
 }
 
-/* T: the type of q and out; C: of the caches (LOAD_VEC converts LANES values of it). */
-#define DEFINE_UNIT(NAME, T, LOAD, STORE, C, LOAD_VEC)                                           \
+/* T: the type of q and out; C: of the caches (CONVERT turns one value of it into a float,
+ * LOAD_VEC sixteen). */
+#define DEFINE_UNIT(NAME, T, LOAD, STORE, C, CONVERT, LOAD_VEC)                                  \
 static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,                  \
                  const scratch *w) {                                                            \
     const T *q = a->q;                                                                          \
@@ -149,10 +253,9 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
     memset(w->acc, 0, sizeof(float) * (size_t)(rows * hd));                                     \
     for (int64_t r = 0; r < rows; r++) {                                                        \
         w->max[r] = -INFINITY;                                                                  \
-        *(vfu *)(w->total + r * LANES) = splat(0.f);                                            \
+        store_k(w->total + r * KEYS, splat_k(0.f));                                             \
     }                                                                                           \
-    vf kf[MAX_HEAD_DIM];                                                                        \
-    for (int64_t t0 = 0; t0 < last_ctx; t0 += LANES) {                                          \
+    for (int64_t t0 = 0; t0 < last_ctx; t0 += KEYS) {                                           \
         const int64_t block = table[t0 / bs], offset = t0 % bs;                                 \
         if (n == 1 && offset == 0 && t0 + bs < last_ctx) { /* decodes: the next cache block */\
             const int64_t next = table[t0 / bs + 1];                                            \
@@ -161,47 +264,37 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
                           kv * hd * sizeof(C), bs);                                             \
         }                                                                                       \
         const C *kb = k_cache + (block * kv + kh) * hd * bs + offset;                           \
-        for (int64_t d = 0; d < hd; d++) kf[d] = LOAD_VEC(kb + d * bs);                         \
-        const int64_t count = last_ctx - t0 < LANES ? last_ctx - t0 : LANES;                    \
+        const int64_t count = last_ctx - t0 < KEYS ? last_ctx - t0 : KEYS;                      \
         const C *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;                         \
-        const float *values = (const float *)vb; /* float32: read in place */                   \
-        int64_t stride = kv * hd;                                                               \
+        const float *keys = (const float *)kb, *values = (const float *)vb; /* f32: in place */ \
+        int64_t key_stride = bs, stride = kv * hd;                                              \
         if (sizeof(C) != sizeof(float)) { /* 16-bit: converted once for every row */            \
+            for (int64_t d = 0; d < hd; d++)                                                    \
+                for (int j = 0; j < KEYS; j++) w->k[d * KEYS + j] = CONVERT(kb[d * bs + j]);    \
             for (int64_t j = 0; j < count; j++)                                                 \
                 for (int64_t d = 0; d < hd; d += LANES)                                         \
                     *(vfu *)(w->v + j * hd + d) = LOAD_VEC(vb + j * kv * hd + d);               \
-            values = w->v;                                                                      \
-            stride = hd;                                                                        \
+            keys = w->k, values = w->v;                                                         \
+            key_stride = KEYS, stride = hd;                                                     \
         }                                                                                       \
         /* rows of queries that see none of these keys skip the block */                        \
         const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;           \
         for (int64_t r0 = first_row; r0 < rows; r0 += SCORE_ROWS) {                            \
             const int R = rows - r0 < SCORE_ROWS ? (int)(rows - r0) : SCORE_ROWS;               \
-            vf sc[SCORE_ROWS];                                                                  \
-            const float *qr = w->q + r0 * hd;                                                   \
-            switch (R) {                                                                        \
-            case 1: scores_for(qr, hd, kf, sc, 1); break;                                       \
-            case 2: scores_for(qr, hd, kf, sc, 2); break;                                       \
-            case 3: scores_for(qr, hd, kf, sc, 3); break;                                       \
-            case 4: scores_for(qr, hd, kf, sc, 4); break;                                       \
-            case 5: scores_for(qr, hd, kf, sc, 5); break;                                       \
-            case 6: scores_for(qr, hd, kf, sc, 6); break;                                       \
-            case 7: scores_for(qr, hd, kf, sc, 7); break;                                       \
-            default: scores_for(qr, hd, kf, sc, 8); break;                                      \
-            }                                                                                   \
+            vk sc[SCORE_ROWS];                                                                  \
+            scores_any(w->q + r0 * hd, hd, keys, key_stride, sc, R);                            \
             for (int r = 0; r < R; r++) {                                                       \
                 const int64_t row = r0 + r;                                                     \
                 const int64_t visible = first_ctx + row / group - t0; /* keys of this block */ \
-                const vf scores = cut(sc[r], visible, -INFINITY);                               \
-                const float top = fmaxf(w->max[row], vector_max(scores));                      \
-                const vf prob = cut(exp_nonpositive(scores - top), visible, 0.f);               \
+                const vk scores = cut(sc[r], visible, -INFINITY);                               \
+                const float top = fmaxf(w->max[row], max_k(scores));                           \
+                const vk prob = cut(exp_k(scores - top), visible, 0.f);                         \
                 const float rescale = top == w->max[row] ? 1.f : expf(w->max[row] - top);       \
                 /* per lane; summed across lanes once, at the end */                            \
-                *(vfu *)(w->total + row * LANES) = load_f32(w->total + row * LANES) * rescale   \
-                                                   + prob;                                      \
+                store_k(w->total + row * KEYS, load_k(w->total + row * KEYS) * rescale + prob); \
                 w->max[row] = top;                                                              \
                 w->rescale[row] = rescale;                                                      \
-                *(vfu *)(w->p + row * LANES) = prob;                                            \
+                store_k(w->p + row * KEYS, prob);                                               \
             }                                                                                   \
         }                                                                                       \
         for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {                            \
@@ -211,29 +304,25 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
                 const int64_t visible = first_ctx + (r0 + r) / group - t0;                      \
                 seen[r] = visible < count ? visible : count;                                    \
             }                                                                                   \
-            float *acc = w->acc + r0 * hd;                                                      \
-            const float *scale = w->rescale + r0, *prob = w->p + r0 * LANES;                    \
-            switch (R) {                                                                        \
-            case 1: accumulate_rows(acc, scale, prob, seen, values, stride, hd, 1); break;      \
-            case 2: accumulate_rows(acc, scale, prob, seen, values, stride, hd, 2); break;      \
-            case 3: accumulate_rows(acc, scale, prob, seen, values, stride, hd, 3); break;      \
-            default: accumulate_rows(acc, scale, prob, seen, values, stride, hd, 4); break;     \
-            }                                                                                   \
+            accumulate_any(w->acc + r0 * hd, w->rescale + r0, w->p + r0 * KEYS, seen, values,   \
+                           stride, hd, R);                                                      \
         }                                                                                       \
     }                                                                                           \
     for (int64_t i = 0; i < n; i++)                                                             \
         for (int64_t g = 0; g < group; g++) {                                                   \
             const int64_t row = i * group + g;                                                  \
-            const float inverse = 1.f / hsum(load_f32(w->total + row * LANES));                \
+            const float inverse = 1.f / sum_k(load_k(w->total + row * KEYS));                  \
             T *o = out + (tile + i) * a->out_stride + (kh * group + g) * hd;                    \
             for (int64_t d = 0; d < hd; d++) o[d] = STORE(w->acc[row * hd + d] * inverse);     \
         }                                                                                       \
 }
 
 #define IDENTITY(x) (x)
-DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, load_f32)
-DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, load_bf16_vec)
-DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, load_f16)
+#define TO_FLOAT(x) ((float)(x))
+static inline vf load_bf16_vec(const uint16_t *p) { return load_bf16(p); }
+DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, IDENTITY, load_f32)
+DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, bf16_to_f32, load_bf16_vec)
+DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, TO_FLOAT, load_f16)
 
 static void attention_item(void *ctx, int64_t item, int thread) {
     const attention_job *job = ctx;
@@ -258,7 +347,7 @@ int attention(pool *p, const attention_args *a) {
     const int64_t num_units = num_tiles * a->num_kv_heads;
     const int num_threads = pool_size(p);
     const int64_t hd = a->head_dim, rows = TILE * (a->num_heads / a->num_kv_heads);
-    const int64_t per_thread = 2 * rows * hd + 2 * rows * LANES + LANES * hd + 2 * rows;
+    const int64_t per_thread = 2 * rows * hd + 2 * rows * KEYS + LANES * hd + hd * KEYS + 2 * rows;
     float *memory = malloc(sizeof(float) * (size_t)(per_thread * num_threads));
     int64_t *units = malloc(sizeof(int64_t) * (size_t)(3 * num_units + 1));
     scratch *scratches = malloc(sizeof(scratch) * (size_t)num_threads);
@@ -270,9 +359,10 @@ int attention(pool *p, const attention_args *a) {
         float *m = memory + t * per_thread;
         scratches[t] = (scratch){.q = m, .acc = m + rows * hd};
         scratches[t].p = scratches[t].acc + rows * hd;
-        scratches[t].v = scratches[t].p + rows * LANES;
+        scratches[t].k = scratches[t].p + rows * KEYS;
+        scratches[t].v = scratches[t].k + hd * KEYS;
         scratches[t].total = scratches[t].v + LANES * hd;
-        scratches[t].max = scratches[t].total + rows * LANES;
+        scratches[t].max = scratches[t].total + rows * KEYS;
         scratches[t].rescale = scratches[t].max + rows;
     }
     int64_t u = 0;

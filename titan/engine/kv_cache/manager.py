@@ -1,7 +1,8 @@
 """Per-request KV block bookkeeping on top of the block pool: allocation and prefix caching.
 
 Block hashes are chained (each covers its parent's hash and its own tokens), so equal hashes mean
-equal whole prefixes, not merely equal blocks.
+equal whole prefixes, not merely equal blocks. A block whose KV is approximate (context shift,
+context_shift.py) is published under its hash salted with the request's scope instead.
 """
 
 from __future__ import annotations
@@ -10,6 +11,14 @@ import hashlib
 from array import array
 
 from titan.engine.kv_cache.block_pool import BlockPool
+from titan.engine.kv_cache.context_shift import (
+    MIN_REUSED_TOKENS,
+    KVMove,
+    ShiftMemory,
+    ShiftPlan,
+    plan_shift,
+    scoped_key,
+)
 from titan.engine.request import Request
 
 
@@ -27,6 +36,7 @@ class KVCacheManager:
         self.pool = BlockPool(num_blocks, enable_caching=enable_caching)
         # request id -> how many of its leading blocks are published in the prefix cache.
         self._num_published: dict[str, int] = {}
+        self.shift_memory = ShiftMemory()
 
     @property
     def num_free_blocks(self) -> int:
@@ -47,20 +57,125 @@ class KVCacheManager:
             parent = hashes[-1] if hashes else b""
             hashes.append(hash_block(parent, tokens[index * size : (index + 1) * size]))
 
+    def _key(self, request: Request, index: int) -> bytes:
+        """The key block ``index`` of ``request`` is published and remembered under."""
+        block_hash = request.block_hashes[index]
+        first = request.first_approximate_block
+        if first is None or index < first or request.shift_scope is None:
+            return block_hash
+        return scoped_key(request.shift_scope, block_hash)
+
     def find_cached_prefix(self, request: Request) -> list[int]:
         """Block ids holding the longest cached prefix of the request's tokens. At least one token
-        is always left to compute: the model must run to produce the next token's logits."""
+        is always left to compute: the model must run to produce the next token's logits. A
+        request with a shift scope also takes its scope's approximate blocks (and is then
+        approximate from there on: its own blocks are published under scoped keys too)."""
         if not self.pool.enable_caching:
             return []
         self._extend_hashes(request)
         max_blocks = (request.num_tokens - 1) // self.block_size
+        scope = request.shift_scope
         block_ids = []
-        for block_hash in request.block_hashes[:max_blocks]:
+        for index, block_hash in enumerate(request.block_hashes[:max_blocks]):
             block_id = self.pool.lookup(block_hash)
+            if block_id is None and scope is not None:
+                block_id = self.pool.lookup(scoped_key(scope, block_hash))
+                if block_id is not None and request.first_approximate_block is None:
+                    request.first_approximate_block = index
             if block_id is None:
                 break
             block_ids.append(block_id)
         return block_ids
+
+    # ---- context shift ----------------------------------------------------------------------
+
+    def plan_shift(self, request: Request, cached_block_ids: list[int]) -> ShiftPlan | None:
+        """How ``request`` (holding no blocks) can reuse its scope's last sequence past its plain
+        prefix hit, cut short where that sequence's blocks were evicted. None: it cannot."""
+        source = self.shift_memory.last(request.shift_scope) if request.shift_scope else None
+        if source is None or not self.pool.enable_caching:
+            return None
+        plan = plan_shift(request.all_token_ids[: request.num_prompt_tokens], source)
+        start = len(cached_block_ids) * self.block_size
+        if plan is None or plan.reused_end - start < MIN_REUSED_TOKENS:
+            return None
+        size = self.block_size
+        position = start
+        while position < plan.reused_end:
+            source_position = plan.source_position(position)
+            if self.pool.lookup(source.block_keys[source_position // size]) is None:
+                break
+            end = position + size - source_position % size
+            position = min(end, plan.kept_end) if position < plan.kept_end else end
+        reused_end = min(position, plan.reused_end)
+        if reused_end - start < MIN_REUSED_TOKENS:
+            return None
+        return ShiftPlan(source, plan.kept_end, plan.shift, reused_end)
+
+    def adopt_shifted(
+        self, request: Request, cached_block_ids: list[int], plan: ShiftPlan, num_new_tokens: int
+    ) -> list[KVMove] | None:
+        """Give ``request`` (holding no blocks) its prefix hit, blocks for the plan's reused
+        tokens and ``num_new_tokens`` more, and the moves that fill the reused ones from the
+        source's blocks (each move holds its source blocks until the caller has run it and
+        called ``release_moved``). None, changing nothing, when the pool is too small now."""
+        size = self.block_size
+        start = len(cached_block_ids) * size
+        segments = [
+            (start, min(plan.kept_end, plan.reused_end), 0),
+            (max(start, plan.kept_end), plan.reused_end, plan.shift),
+        ]
+        segments = [(first, end, shift) for first, end, shift in segments if first < end]
+        source_ids = {  # source block index -> block id
+            index: self.pool.lookup(plan.source.block_keys[index])
+            for first, end, shift in segments
+            for index in range((first + shift) // size, (end - 1 + shift) // size + 1)
+        }
+        num_needed = self.blocks_for(plan.reused_end + num_new_tokens) - len(cached_block_ids)
+        taken = {*cached_block_ids, *source_ids.values()}
+        num_revived = sum(self.pool.blocks[b].ref_cnt == 0 for b in taken)
+        if num_needed > self.pool.num_free_blocks - num_revived:
+            return None
+        self.pool.share(cached_block_ids)
+        # Each move holds its own source blocks (a block two moves read is shared twice): kept
+        # from eviction by the allocation below until the move has run.
+        held = [
+            tuple(dict.fromkeys(source_ids[(q + shift) // size] for q in range(first, end)))
+            for first, end, shift in segments
+        ]
+        for block_ids in held:
+            self.pool.share(list(block_ids))
+        request.block_ids = [*cached_block_ids, *self.pool.allocate(num_needed)]
+        self._num_published[request.request_id] = len(cached_block_ids)
+        if request.first_approximate_block is None:
+            request.first_approximate_block = len(cached_block_ids)
+        moves = []
+        for (first, end, shift), block_ids in zip(segments, held, strict=True):
+            positions = range(first, end)
+            moves.append(
+                KVMove(
+                    tuple(source_ids[(q + shift) // size] * size + (q + shift) % size
+                          for q in positions),
+                    tuple(request.block_ids[q // size] * size + q % size for q in positions),
+                    shift,
+                    block_ids,
+                )
+            )  # fmt: skip
+        self._publish_full_blocks(request, plan.reused_end + num_new_tokens)
+        return moves
+
+    def release_moved(self, moves: list[KVMove]) -> None:
+        for move in moves:
+            self.pool.release(list(move.held_block_ids))
+
+    def remember(self, request: Request) -> None:
+        """Keep a scoped request's published blocks as its scope's source for the next shift."""
+        if request.shift_scope is None:
+            return
+        num_published = self._num_published.get(request.request_id, 0)
+        keys = [self._key(request, index) for index in range(num_published)]
+        tokens = request.all_token_ids[: num_published * self.block_size]
+        self.shift_memory.remember(request.shift_scope, tokens, keys)
 
     def allocate_slots(
         self, request: Request, num_new_tokens: int, cached_block_ids: list[int] | None = None
@@ -99,7 +214,7 @@ class KVCacheManager:
             return
         self._extend_hashes(request)
         for index in range(start, num_full):
-            self.pool.cache(request.block_ids[index], request.block_hashes[index])
+            self.pool.cache(request.block_ids[index], self._key(request, index))
         self._num_published[request.request_id] = num_full
 
     def fork(self, parent: Request, child: Request, num_tokens: int) -> tuple[int, int] | None:

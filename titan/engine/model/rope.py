@@ -63,3 +63,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+def rotated_back(keys: torch.Tensor, shift: int, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Keys [T, heads, head_dim] rotated as if ``shift`` positions earlier (computed in float32,
+    returned in the keys' dtype)."""
+    freqs = shift * inv_freq
+    emb = torch.cat((freqs, freqs))
+    rotated = apply_rotary(keys.float(), emb.cos(), -emb.sin())
+    return rotated.to(keys.dtype)

@@ -1,0 +1,26 @@
+"""The context shift quality measure's arithmetic and its report lines (no model)."""
+
+from __future__ import annotations
+
+from benchmarks.context_shift_quality import _agreement
+from benchmarks.llamacpp_report import _shift_quality_lines
+
+
+def test_agreement_counts_identical_answers_and_the_shared_start():
+    pairs = [([1, 2, 3, 4], [1, 2, 3, 4]), ([1, 2, 3, 4], [1, 9, 3, 4]), ([5, 6, 7, 8], [0] * 4)]
+    assert _agreement(pairs) == {"identical": 1 / 3, "common_prefix": (1 + 0.25 + 0) / 3}
+
+
+def test_the_report_reads_shifted_against_exact_and_trimming_against_untrimmed():
+    case = {"shifted_tokens": 300, "prompt_tokens": 400}
+    quality = {
+        "num_cases": 2, "answer_tokens": 32, "cases": [case, case],
+        "shifted_vs_exact": {"identical": 0.5, "common_prefix": 0.75},
+        "exact_vs_untrimmed": {"identical": 0.25, "common_prefix": 0.5},
+        "shifted_vs_untrimmed": {"identical": 0.0, "common_prefix": 0.4},
+    }  # fmt: skip
+    text = "\n".join(_shift_quality_lines(quality))
+    assert "75% of the trimmed prompts' tokens were moved" in text
+    assert "| shifted vs exact (what context shift changes) | 50% | 75% |" in text
+    assert "| exact vs untrimmed (what trimming itself changes) | 25% | 50% |" in text
+    assert _shift_quality_lines(None) == []
