@@ -73,20 +73,7 @@ static inline vk vmax_k(vk a, vk b) {
 }
 
 /* exp(x) for x <= 0: vec.h's exp_nonpositive, the same operations at this width. */
-static inline vk exp_k(vk x) {
-    x = vmax_k(x, splat_k(-87.0f));
-    const vki n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vki);
-    const vk nf = __builtin_convertvector(n, vk);
-    vk r = x - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    vk p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * (vk)((n + 127) << 23);
-}
+DEFINE_EXP_NONPOSITIVE(exp_k, vk, vki, vmax_k, splat_k)
 
 /* Lane i paired with lane i ^ distance. */
 static inline vk swap_k(vk v, int distance) {

@@ -92,21 +92,25 @@ static inline float hmax(vf v) {
 }
 
 /* exp(x) for x <= 0 (softmax after subtracting the max): range reduction and a degree-6
- * polynomial, ~1 ulp, on whole vectors. */
-static inline vf exp_nonpositive(vf x) {
-    x = vmax(x, splat(-87.0f));
-    const vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi);
-    const vf nf = __builtin_convertvector(n, vf);
-    vf r = x - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    return p * (vf)((n + 127) << 23);
+ * polynomial, ~1 ulp, on whole vectors. A macro so that attention.c has the same operations at
+ * its own vector width: NAME over vector type V (ints VI), with V's max and splat. */
+#define DEFINE_EXP_NONPOSITIVE(NAME, V, VI, VMAX, SPLAT)                                          \
+static inline V NAME(V x) {                                                                     \
+    x = VMAX(x, SPLAT(-87.0f));                                                                 \
+    const VI n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, VI);                  \
+    const V nf = __builtin_convertvector(n, V);                                                 \
+    V r = x - nf * 0.693359375f;                                                                \
+    r = r - nf * -2.12194440e-4f;                                                               \
+    V p = r * 1.9875691500e-4f + 1.3981999507e-3f;                                              \
+    p = p * r + 8.3334519073e-3f;                                                               \
+    p = p * r + 4.1665795894e-2f;                                                               \
+    p = p * r + 1.6666665459e-1f;                                                               \
+    p = p * r + 5.0000001201e-1f;                                                               \
+    p = p * r * r + r + 1.0f;                                                                   \
+    return p * (V)((n + 127) << 23);                                                            \
 }
+
+DEFINE_EXP_NONPOSITIVE(exp_nonpositive, vf, vi, vmax, splat)
 
 /* x * sigmoid(x), from exp(-|x|) so that the exponential never overflows. */
 static inline vf silu(vf x) {
