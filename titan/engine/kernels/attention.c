@@ -72,6 +72,30 @@ static inline vk vmax_k(vk a, vk b) {
     return (vk)(((vki)a & take_a) | ((vki)b & ~take_a));
 }
 
+/* KEYS 16-bit values as floats (exact conversions): one vcvtph2ps (F16C, AVX-512) or NEON vcvt
+ * where the target has it at this width, a value at a time elsewhere. */
+static inline vk load_f16_k(const _Float16 *p) {
+    vk out;
+#if KEYS == 16
+    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&out, &wide, sizeof out);
+#elif KEYS == 8 && defined(__F16C__)
+    const __m256 wide = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &wide, sizeof out);
+#elif KEYS == 4 && defined(__aarch64__)
+    const float32x4_t four = vcvt_f32_f16(vld1_f16((const float16_t *)p));
+    memcpy(&out, &four, sizeof out);
+#else
+    for (int i = 0; i < KEYS; i++) out[i] = (float)p[i];
+#endif
+    return out;
+}
+
+typedef uint16_t vk16u __attribute__((vector_size(2 * KEYS), aligned(2)));
+static inline vk load_bf16_k(const uint16_t *p) {
+    return (vk)(__builtin_convertvector(*(const vk16u *)p, vki) << 16);
+}
+
 /* exp(x) for x <= 0: vec.h's exp_nonpositive, the same operations at this width. */
 DEFINE_EXP_NONPOSITIVE(exp_k, vk, vki, vmax_k, splat_k)
 
@@ -216,9 +240,8 @@ static inline vk cut(vk x, int64_t visible, float fill) {
     return (vk)(((vki)x & keep) | ((vki)splat_k(fill) & ~keep));
 }
 
-/* T: the type of q and out; C: of the caches (CONVERT turns one value of it into a float,
- * LOAD_VEC sixteen). */
-#define DEFINE_UNIT(NAME, T, LOAD, STORE, C, CONVERT, LOAD_VEC)                                  \
+/* T: the type of q and out; C: of the caches (LOAD_VEC converts KEYS values of it). */
+#define DEFINE_UNIT(NAME, T, LOAD, STORE, C, LOAD_VEC)                                  \
 static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,                  \
                  const scratch *w) {                                                            \
     const T *q = a->q;                                                                          \
@@ -256,11 +279,10 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
         const float *keys = (const float *)kb, *values = (const float *)vb; /* f32: in place */ \
         int64_t key_stride = bs, stride = kv * hd;                                              \
         if (sizeof(C) != sizeof(float)) { /* 16-bit: converted once for every row */            \
-            for (int64_t d = 0; d < hd; d++)                                                    \
-                for (int j = 0; j < KEYS; j++) w->k[d * KEYS + j] = CONVERT(kb[d * bs + j]);    \
+            for (int64_t d = 0; d < hd; d++) store_k(w->k + d * KEYS, LOAD_VEC(kb + d * bs));   \
             for (int64_t j = 0; j < count; j++)                                                 \
-                for (int64_t d = 0; d < hd; d += LANES)                                         \
-                    *(vfu *)(w->v + j * hd + d) = LOAD_VEC(vb + j * kv * hd + d);               \
+                for (int64_t d = 0; d < hd; d += KEYS)                                          \
+                    store_k(w->v + j * hd + d, LOAD_VEC(vb + j * kv * hd + d));                 \
             keys = w->k, values = w->v;                                                         \
             key_stride = KEYS, stride = hd;                                                     \
         }                                                                                       \
@@ -305,11 +327,9 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
 }
 
 #define IDENTITY(x) (x)
-#define TO_FLOAT(x) ((float)(x))
-static inline vf load_bf16_vec(const uint16_t *p) { return load_bf16(p); }
-DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, IDENTITY, load_f32)
-DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, bf16_to_f32, load_bf16_vec)
-DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, TO_FLOAT, load_f16)
+DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, load_k)
+DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, load_bf16_k)
+DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, load_f16_k)
 
 static void attention_item(void *ctx, int64_t item, int thread) {
     const attention_job *job = ctx;
@@ -334,7 +354,7 @@ int attention(pool *p, const attention_args *a) {
     const int64_t num_units = num_tiles * a->num_kv_heads;
     const int num_threads = pool_size(p);
     const int64_t hd = a->head_dim, rows = TILE * (a->num_heads / a->num_kv_heads);
-    const int64_t per_thread = 2 * rows * hd + 2 * rows * KEYS + LANES * hd + hd * KEYS + 2 * rows;
+    const int64_t per_thread = 2 * rows * hd + 2 * rows * KEYS + 2 * KEYS * hd + 2 * rows;
     float *memory = malloc(sizeof(float) * (size_t)(per_thread * num_threads));
     int64_t *units = malloc(sizeof(int64_t) * (size_t)(3 * num_units + 1));
     scratch *scratches = malloc(sizeof(scratch) * (size_t)num_threads);
@@ -348,7 +368,7 @@ int attention(pool *p, const attention_args *a) {
         scratches[t].p = scratches[t].acc + rows * hd;
         scratches[t].k = scratches[t].p + rows * KEYS;
         scratches[t].v = scratches[t].k + hd * KEYS;
-        scratches[t].total = scratches[t].v + LANES * hd;
+        scratches[t].total = scratches[t].v + KEYS * hd;
         scratches[t].max = scratches[t].total + rows * KEYS;
         scratches[t].rescale = scratches[t].max + rows;
     }
