@@ -33,38 +33,8 @@ static inline uint16_t f32_to_bf16(float f) {
 typedef float vf __attribute__((vector_size(4 * LANES)));
 typedef float vfu __attribute__((vector_size(4 * LANES), aligned(4)));
 typedef int32_t vi __attribute__((vector_size(4 * LANES)));
-typedef uint32_t vu32 __attribute__((vector_size(4 * LANES)));
-typedef uint16_t vu16u __attribute__((vector_size(2 * LANES), aligned(2)));
 
 static inline vf load_f32(const float *p) { return *(const vfu *)p; }
-
-/* LANES float16 values as float32: vcvtph2ps where F16C (or AVX-512) has it, NEON's vcvt on
- * ARM, a value at a time elsewhere (the compiler's conversion). The conversion is exact. */
-static inline vf load_f16(const _Float16 *p) {
-    vf out;
-#if defined(__AVX512F__)
-    const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-    memcpy(&out, &wide, sizeof out);
-#elif defined(__F16C__) && defined(__AVX__)
-    const __m256 low = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    const __m256 high = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)));
-    memcpy(&out, &low, sizeof low);
-    memcpy((float *)&out + 8, &high, sizeof high);
-#elif defined(__aarch64__)
-    for (int i = 0; i < LANES; i += 4) {
-        const float32x4_t four = vcvt_f32_f16(vld1_f16((const float16_t *)(p + i)));
-        memcpy((float *)&out + i, &four, sizeof four);
-    }
-#else
-    for (int i = 0; i < LANES; i++) out[i] = (float)p[i];
-#endif
-    return out;
-}
-
-static inline vf load_bf16(const uint16_t *p) {
-    vu32 wide = __builtin_convertvector(*(const vu16u *)p, vu32) << 16;
-    return (vf)wide;
-}
 
 static inline vf splat(float value) {
     vf v = {0};

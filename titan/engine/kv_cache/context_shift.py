@@ -40,10 +40,6 @@ class Remembered:
     token_bytes: bytes  # array("i") of the tokens, as bytes (searched with bytes.find)
     block_keys: tuple[bytes, ...]
 
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_bytes) // _ITEM
-
 
 @dataclass(frozen=True)
 class ShiftPlan:
