@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 SOURCES = ("threads.c", "quant.c", "qgemm.c", "attention.c", "forward.c")
-HEADERS = ("cpu.h", "vec.h")
+HEADERS = ("cpu.h", "vec.h", "vec_keys.h")
 # No fast-math: the kernels' summation orders must be the ones the code spells out. FMA
 # contraction is on explicitly (ISO C mode turns it off); it applies the same way to every call.
 _FLAGS = [
