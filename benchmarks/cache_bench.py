@@ -334,6 +334,6 @@ def run(
     torch = sys.modules.get("torch")  # loaded with the real model only
     machine = {"peak_rss_mib": peak_rss, "torch_threads": torch and torch.get_num_threads()}
     is_real = isinstance(embedder, Embedder)
-    embedding = "all-MiniLM-L6-v2 on CPU" if is_real else type(embedder).__name__
+    embedding = f"all-MiniLM-L6-v2 on CPU ({embedder.kind})" if is_real else type(embedder).__name__
     meta = {"machine": machine, "embedder": embedding, "png": str(png)}
     return {"meta": meta, **quality, "sizes": sizes}

@@ -1,4 +1,4 @@
-"""The C kernels (titan/engine/kernels): quantized GEMMs exact to their integer arithmetic, the
+"""The C kernels (titan/kernels): quantized GEMMs exact to their integer arithmetic, the
 same bits on every instruction-set path, for any batch and any thread count; attention spread
 over threads gives the bits one thread gives."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from titan.engine.kernels import packing
-from titan.engine.kernels.build import build_library
-from titan.engine.kernels.cpu_attention import CpuPagedAttention
-from titan.engine.kernels.library import CpuKernels
+from titan.engine.cpu_attention import CpuPagedAttention
+from titan.kernels import packing
+from titan.kernels.build import build_library
+from titan.kernels.library import CpuKernels
 
 # Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
 # test` only, not `make check`.

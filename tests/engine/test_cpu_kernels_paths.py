@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.engine.test_cpu_kernels import cpu_flags
-from titan.engine.kernels.build import _FLAGS, build_library, compiler
+from titan.kernels.build import _FLAGS, build_library, compiler
 
 # Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
 # test` only, not `make check`.
 pytestmark = pytest.mark.slow
 
 HARNESS = Path(__file__).parent / "kernels" / "kernel_hash.c"
-KERNELS = Path(__file__).resolve().parents[2] / "titan" / "engine" / "kernels"
+KERNELS = Path(__file__).resolve().parents[2] / "titan" / "kernels"
 ARM_GCC, QEMU, ARM_SYSROOT = "aarch64-linux-gnu-gcc", "qemu-aarch64", "/usr/aarch64-linux-gnu"
 ARM_TARGETS = ("armv8.2-a+dotprod", "armv8-a")  # the NEON dot-product path, the portable one
 

@@ -20,7 +20,10 @@ SHARED = {"titan.errors", "titan.config"}
 
 # package -> the titan packages it may import (besides itself and SHARED)
 ALLOWED = {
-    "titan.engine": set(),
+    # The native CPU kernels (C sources built at run time): the engine's quantized path and
+    # attention, and the semantic cache's embedder.
+    "titan.engine": {"titan.kernels"},
+    "titan.kernels": set(),
     "titan.protocol": set(),
     "titan.observability": set(),
     "titan.router": set(),
@@ -38,7 +41,7 @@ ALLOWED = {
         "titan.protocol",
         "titan.observability",
     },
-    "titan.cache": {"titan.storage"},
+    "titan.cache": {"titan.storage", "titan.kernels"},
     # Conversations and retrieval: the storage protocols; the embedder and index for RAG.
     "titan.context": {"titan.storage", "titan.cache"},
     # Jobs and batches: the queue protocol; batch input and output are files.
@@ -129,10 +132,20 @@ def test_state_uses_the_storage_protocols_only(package):
         assert stores <= allowed, f"{module_name(path)} imports {stores}"
 
 
-def test_engine_imports_nothing_from_titan_but_errors():
+def test_engine_imports_nothing_from_titan_but_errors_and_the_kernels():
     for path in (PACKAGE / "engine").rglob("*.py"):
         outside = {i for i in titan_imports(path) if not i.startswith("titan.engine")}
+        outside = {i for i in outside if not i.startswith("titan.kernels")}
         assert outside <= {"titan.errors"}, f"{module_name(path)} imports {outside}"
+
+
+def test_the_kernels_import_nothing_from_titan():
+    for path in (PACKAGE / "kernels").rglob("*.py"):
+        assert (
+            not titan_imports(path)
+            - {"titan.kernels"}
+            - {i for i in titan_imports(path) if i.startswith("titan.kernels.")}
+        ), f"{module_name(path)} imports {titan_imports(path)}"
 
 
 def test_the_rules_catch_violations(tmp_path):
@@ -203,8 +216,8 @@ def test_the_kernels_sources_ship_with_the_package():
     import tomllib
 
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = data["package-data"]["titan.engine.kernels"]
-    kernels = PACKAGE / "engine" / "kernels"
+    patterns = data["package-data"]["titan.kernels"]
+    kernels = PACKAGE / "kernels"
     shipped = {path for pattern in patterns for path in kernels.glob(pattern)}
     needed = {*kernels.glob("*.c"), *kernels.glob("*.h")}
     assert needed and needed <= shipped

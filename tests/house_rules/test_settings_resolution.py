@@ -16,7 +16,7 @@ ENVIRONMENT_READERS = {
     "titan/config/loading.py": "the default environment of the loader",
     "titan/config/resolution.py": "the one way commands resolve settings",
     "titan/engine/config.py": "XDG_CACHE_HOME, where converted models are cached",
-    "titan/engine/kernels/build.py": "CC, the C compiler to build the kernels with",
+    "titan/kernels/build.py": "CC, the C compiler to build the kernels with; XDG_CACHE_HOME",
     "titan/observability/metrics.py": "PROMETHEUS_MULTIPROC_DIR, prometheus-client's own",
     "titan/chaos/processes.py": "the environment of the processes a chaos run starts",
 }

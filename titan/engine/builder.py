@@ -21,10 +21,8 @@ from pathlib import Path
 import torch
 
 from titan.engine.config import EngineConfig
+from titan.engine.cpu_attention import CpuPagedAttention
 from titan.engine.device import resolve_device, resolve_dtype
-from titan.engine.kernels.build import build_library
-from titan.engine.kernels.cpu_attention import CpuPagedAttention
-from titan.engine.kernels.library import CpuKernels
 from titan.engine.model.config import ModelConfig
 from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.model.loader import ModelSource, load_config, load_weights, resolve_model
@@ -38,6 +36,8 @@ from titan.engine.model.quantized import (
 from titan.engine.runner import KVCacheSpec
 from titan.engine.tokenizer import Tokenizer
 from titan.errors import ConfigError
+from titan.kernels.build import build_library
+from titan.kernels.library import CpuKernels
 
 log = logging.getLogger(__name__)
 

@@ -258,6 +258,8 @@ class Pipeline:
         async with self._embedder_loading:  # concurrent first uses load the model once
             if self._embedder is None:
                 self._embedder = await asyncio.to_thread(Embedder.load)
+                kind = getattr(self._embedder, "kind", type(self._embedder).__name__)
+                logger.info("embedding model loaded", extra={"embedder": kind})
         return self._embedder
 
     async def _start_cache(self) -> None:

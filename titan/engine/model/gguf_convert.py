@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from titan.engine.kernels import packing
 from titan.engine.model.gguf_tokenizer import tokenizer_from_gguf
 from titan.errors import ModelLoadError
+from titan.kernels import packing
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from titan.engine.kernels import packing
-from titan.engine.kernels.library import CpuKernels, LayerWeights, Model, Step, pointer, qweight
 from titan.engine.model.config import ModelConfig
 from titan.engine.model.rope import RotaryEmbedding
 from titan.errors import ModelLoadError
+from titan.kernels import packing
+from titan.kernels.library import CpuKernels, LayerWeights, Model, Step, pointer, qweight
 
 BLOCKS_FILE = Path("quantized") / "blocks.safetensors"
 KV_DTYPE = torch.float16  # forward.c's cache type

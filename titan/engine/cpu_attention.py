@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from titan.engine.kernels.library import ATTENTION_BF16, ATTENTION_F32, AttentionArgs, CpuKernels
+from titan.kernels.library import ATTENTION_BF16, ATTENTION_F32, AttentionArgs, CpuKernels
 
 _DTYPES = {torch.float32: ATTENTION_F32, torch.bfloat16: ATTENTION_BF16}
 

@@ -17,7 +17,7 @@
  *     [544, 608) sum over the block of q[c], int32 (VNNI multiplies unsigned by signed bytes:
  *                it takes x + 128 and subtracts 128 * sum)
  *
- * titan/engine/kernels/packing.py writes these layouts.
+ * titan/kernels/packing.py writes these layouts.
  */
 #include <math.h>
 #include <string.h>

@@ -34,6 +34,12 @@ _FLAGS = [
 ]
 
 
+def default_cache_dir() -> Path:
+    """Where the kernels are cached unless the engine's ``cache_dir`` says otherwise."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "titan" / "kernels"
+
+
 def compiler() -> str | None:
     """The C compiler: $CC, else cc, else gcc."""
     return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
