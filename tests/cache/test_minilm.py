@@ -69,6 +69,8 @@ def test_a_texts_vector_does_not_depend_on_the_batch(models):
     together = quantized.encode(SENTENCES)
     assert together == [quantized.encode([text])[0] for text in SENTENCES]
     assert quantized.encode(SENTENCES[::-1]) == together[::-1]
+    many = SENTENCES * 12  # past one forward's MAX_TOKENS: split into several
+    assert quantized.encode(many) == together * 12
 
 
 def test_token_offsets_are_the_tokenizers(models):

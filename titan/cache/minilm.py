@@ -22,6 +22,9 @@ from titan.kernels.library import CpuKernels
 from titan.kernels.packing import Q8_0, PackedWeight, pack_gguf, quantize_q8_0
 
 Vector = tuple[float, ...]
+# Rows per forward: a RAG file's hundreds of 256-token chunks in one would hold gigabytes of
+# activations (the FFN's are 1,536 floats a token).
+MAX_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,18 @@ class QuantizedMiniLM:
         whatever else is in the batch."""
         import torch
 
+        ids = [self._tokenizer.encode(text).ids for text in texts]
+        vectors: list[Vector] = []
         with torch.inference_mode():
-            return self._forward([self._tokenizer.encode(text).ids for text in texts], torch)
+            start = 0
+            while start < len(ids):  # forwards of at most MAX_TOKENS rows (one long text alone)
+                end, rows = start, 0
+                while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
+                    rows += len(ids[end])
+                    end += 1
+                vectors += self._forward(ids[start:end], torch)
+                start = end
+        return vectors
 
     def _forward(self, ids: list[list[int]], torch: Any) -> list[Vector]:
         functional = torch.nn.functional
