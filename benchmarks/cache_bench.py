@@ -311,6 +311,25 @@ async def run_sizes(
     return rows
 
 
+async def compare_embedders(
+    embedder: Embedder, queries: Sequence[str], settings: CacheBenchSettings
+) -> dict[str, Any]:
+    """``embed`` (its thread hop included) of the latency phase's questions, by Titan's embedder
+    and then by sentence-transformers' float32 model, the baseline, loaded here: same run, same
+    questions, one lookup at a time."""
+    baseline = Embedder.float32()
+    sequence = [queries[i % len(queries)] for i in range(settings.warmup + settings.lookups)]
+    rows = {}
+    for name, model in (("titan", embedder), ("float32", baseline)):
+        seconds = []
+        for question in sequence:
+            started = time.perf_counter()
+            await model.embed(question)
+            seconds.append(time.perf_counter() - started)
+        rows[name] = {"kind": model.kind, **_stats(seconds[settings.warmup :])}
+    return rows
+
+
 # ---- the run -------------------------------------------------------------------------------
 
 
@@ -330,10 +349,16 @@ def run(
     quality, pairs = run_quality(settings, embedder, png, png.parent / TRAFFIC_PNG_NAME, progress)
     timed = TimedEmbedder(embedder)
     sizes = asyncio.run(run_sizes(settings, timed, pairs, replay, progress))
+    embedders = None
+    if isinstance(embedder, Embedder):  # tests pass a fake: no baseline to load then
+        progress("embedding alone: Titan's embedder, then the float32 model")
+        questions = sorted({str(pair["query"]) for pair in pairs})
+        random.Random(settings.seed).shuffle(questions)
+        embedders = asyncio.run(compare_embedders(embedder, questions, settings))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     torch = sys.modules.get("torch")  # loaded with the real model only
     machine = {"peak_rss_mib": peak_rss, "torch_threads": torch and torch.get_num_threads()}
     is_real = isinstance(embedder, Embedder)
     embedding = f"all-MiniLM-L6-v2 on CPU ({embedder.kind})" if is_real else type(embedder).__name__
     meta = {"machine": machine, "embedder": embedding, "png": str(png)}
-    return {"meta": meta, **quality, "sizes": sizes}
+    return {"meta": meta, **quality, "sizes": sizes, "embedders": embedders}

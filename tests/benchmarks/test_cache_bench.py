@@ -168,3 +168,17 @@ def test_the_command_with_the_real_model(tmp_path: Path):
     section = output.read_text()
     assert SECTION_START in section and "all-MiniLM-L6-v2 on CPU" in section
     assert (tmp_path / PNG_NAME).exists()
+
+
+def test_the_embedders_table_compares_with_the_same_runs_baseline():
+    from benchmarks.cache_report import _embedder_lines
+
+    row = {"n": 400, "mean_ms": 1.0}
+    lines = _embedder_lines({
+        "titan": {"kind": "MiniLM Q8_0", "p50_ms": 4.0, "p99_ms": 10.0, **row},
+        "float32": {"kind": "sentence-transformers float32", "p50_ms": 14.0, "p99_ms": 25.0, **row},
+    })  # fmt: skip
+    text = "\n".join(lines)
+    assert "p50 3.5x faster, p99 2.5x" in text
+    assert "| Titan | MiniLM Q8_0 | 400 | 4.00 | 10.00 |" in text
+    assert _embedder_lines(None) == []

@@ -41,8 +41,8 @@ MAX_BATCH = 32
 class Embedder:
     """Load once (a second or two), then a few ms per sentence on CPU, run in a worker thread so
     the event loop stays free. Sentences asked for while a batch runs wait and go together in
-    the next one: under load, one model call serves many lookups. ``model`` has
-    sentence-transformers' ``encode`` (normalized) and ``tokenizer``, or is a QuantizedMiniLM."""
+    the next one: under load, one model call serves many lookups. ``model``: a QuantizedMiniLM
+    or a FloatMiniLM (``encode`` to unit vectors, ``token_offsets``), called on that thread."""
 
     def __init__(self, model: Any, kind: str = "sentence-transformers float32"):
         self._model = model
@@ -70,7 +70,7 @@ class Embedder:
             raise ModelLoadError(
                 "sentence-transformers is not installed: pip install 'titan[embeddings]'"
             ) from exc
-        return cls(SentenceTransformer(str(model_dir()), device="cpu"))
+        return cls(FloatMiniLM(SentenceTransformer(str(model_dir()), device="cpu")))
 
     def encode(self, texts: list[str]) -> list[Vector]:
         """Blocking, from any thread; the work runs on the embedder's own thread (another
@@ -85,24 +85,10 @@ class Embedder:
         return self._thread.submit(self._token_offsets, text).result()
 
     def _token_offsets(self, text: str) -> list[tuple[int, int]]:
-        if isinstance(self._model, QuantizedMiniLM):
-            return self._model.token_offsets(text)
-        # No truncation: a document is far longer than the model's window; verbose=False drops
-        # the "longer than the maximum" notice that would follow.
-        encoded = self._model.tokenizer(
-            text,
-            add_special_tokens=False,
-            return_offsets_mapping=True,
-            truncation=False,
-            verbose=False,
-        )
-        return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
+        return self._model.token_offsets(text)
 
     def _encode(self, texts: list[str]) -> list[Vector]:
-        if isinstance(self._model, QuantizedMiniLM):
-            return self._model.encode(texts)
-        vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
-        return [tuple(float(x) for x in vector) for vector in vectors]
+        return self._model.encode(texts)
 
     async def embed(self, text: str) -> Vector:
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
@@ -126,6 +112,29 @@ class Embedder:
             for (_, future), vector in zip(batch, vectors, strict=True):
                 if not future.done():  # its lookup may have been cancelled meanwhile
                     future.set_result(vector)
+
+
+class FloatMiniLM:
+    """sentence-transformers' float32 model with QuantizedMiniLM's two methods."""
+
+    def __init__(self, model: Any):
+        self._model = model
+
+    def encode(self, texts: list[str]) -> list[Vector]:
+        vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
+        return [tuple(float(x) for x in vector) for vector in vectors]
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        # No truncation: a document is far longer than the model's window; verbose=False drops
+        # the "longer than the maximum" notice that would follow.
+        encoded = self._model.tokenizer(
+            text,
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            truncation=False,
+            verbose=False,
+        )
+        return [(int(start), int(end)) for start, end in encoded["offset_mapping"]]
 
 
 def _quantized_model() -> QuantizedMiniLM | None:
