@@ -7,7 +7,6 @@
 #ifndef TITAN_VEC_KEYS_H
 #define TITAN_VEC_KEYS_H
 
-#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
