@@ -26,10 +26,26 @@ def cache_root() -> Path:
     return Path(base) / "titan-bench" / f"llama.cpp-{LLAMA_CPP_PYTHON}"
 
 
+def _has_amx() -> bool:
+    try:
+        return " amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+# ggml 0.3.36's AMX matmul dies at its first tile configuration on a Sapphire Rapids Xeon
+# (SIGSEGV at `ldtilecfg` in ggml_backend_amx_mul_mat, 2026-12-04): on AMX CPUs the baseline is
+# built without it, keeping -march=native's AVX-512 VNNI kernels, as llama.cpp runs elsewhere.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
 def llama_server_binary(log: object = print) -> Path:
-    """The cached binary, built first when missing (``-DGGML_NATIVE=ON``: for this CPU)."""
+    """The cached binary, built first when missing (``-DGGML_NATIVE=ON``: for this CPU; without
+    AMX where the CPU has it, see _NO_AMX)."""
     root = cache_root()
-    binary = root / "build" / "bin" / "llama-server"
+    no_amx = _has_amx()
+    build = root / ("build-no-amx" if no_amx else "build")
+    binary = build / "bin" / "llama-server"
     if binary.exists():
         return binary
     say = log if callable(log) else print
@@ -48,10 +64,10 @@ def llama_server_binary(log: object = print) -> Path:
         if (root / "src").exists():
             shutil.rmtree(root / "src")
         shutil.copytree(sources, root / "src")
-    build = root / "build"
+    flags = [f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"] if no_amx else []
     subprocess.run(
         ["cmake", "-S", str(root / "src"), "-B", str(build), "-DGGML_NATIVE=ON",
-         "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release"],
+         "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release", *flags],
         check=True, capture_output=True,
     )  # fmt: skip
     subprocess.run(

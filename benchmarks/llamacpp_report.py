@@ -34,6 +34,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return result
 
 
+# benchmarks/llama_server.py builds without AMX on AMX CPUs: ggml's AMX matmul crashes there.
+NO_AMX_NOTE = (
+    "; on this AMX CPU with `-mno-amx-tile -mno-amx-int8 -mno-amx-bf16`: the default build's AMX "
+    "matmul dies with SIGSEGV at its first tile configuration, so llama-server ran its AVX-512 "
+    "VNNI kernels)."
+)
+
+
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta = results["meta"]
     machine, versions = meta["machine"], meta["versions"]
@@ -50,7 +58,8 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "Results from other CPUs are not comparable with these.",
         f"Versions: Python {versions['python']}, torch {versions['torch']}, titan "
         f"{versions['titan']}; llama-server {versions['llama-server']} built here from "
-        f"llama-cpp-python {versions['llama-cpp-python sdist']}'s sources (`-DGGML_NATIVE=ON`).",
+        f"llama-cpp-python {versions['llama-cpp-python sdist']}'s sources (`-DGGML_NATIVE=ON`"
+        + (NO_AMX_NOTE if "build-no-amx" in results["commands"]["llama-server"] else ")."),
         f"Titan ran: {results['kernel']}.",
         "",
         "### Method",

@@ -3,7 +3,9 @@ same weights (the blocks dequantized to float32, which is what Titan ran before)
 
 - greedy agreement: the same chat prompts, greedy; how many leading tokens each path's answer
   shares with the float path's, and how many answers are identical;
-- perplexity on a text shipped with the tests (tests/data/perplexity_text.md), teacher-forced.
+- perplexity on a text shipped with the tests (tests/data/perplexity_text.md), teacher-forced;
+- over a long context, the default (reduced-precision) attention against float32 attention
+  (benchmarks/attention_quality.py).
 
 Differences come from the activations, quantized to int8 per block of 32 before each matmul (as
 llama.cpp does): the weights are the same numbers in both paths. ``python -m benchmarks quality``
@@ -21,7 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks import attention_quality
 from benchmarks.base import Benchmark
+from benchmarks.forced_logits import all_logits
 from benchmarks.results_file import quick_note
 
 TEXT = Path(__file__).resolve().parents[1] / "tests" / "data" / "perplexity_text.md"
@@ -96,34 +100,6 @@ def teacher_forced_perplexity(engine: Any, token_ids: list[int]) -> float:
     return math.exp(nll)
 
 
-def all_logits(engine: Any, token_ids: list[int]) -> torch.Tensor:
-    """Logits at every position of one sequence, computed as one prefill by the engine's own
-    model and KV cache (blocks 0..n written directly: only on an engine that has not run
-    anything yet, whose prefix cache holds nothing those blocks could be serving)."""
-    from titan.engine.model.attention import AttentionMetadata, KernelBatch
-    from titan.engine.model.quantized import QuantizedLlama
-
-    runner = engine.runner
-    size = runner.block_size
-    blocks = list(range(-(-len(token_ids) // size)))
-    positions = list(range(len(token_ids)))
-    slots = positions  # blocks 0, 1, ... in order
-    model = runner.model
-    if isinstance(model, QuantizedLlama):
-        return model.step(token_ids, positions, slots, [blocks], [0, len(token_ids)], [0],
-                          positions).clone()  # fmt: skip
-    slot_mapping = torch.tensor(slots)
-    meta = AttentionMetadata(slot_mapping, slot_mapping // size, slot_mapping % size)
-    meta.kernel_batch = KernelBatch(
-        runner.attention_kernel, torch.tensor([blocks]), torch.tensor([0, len(token_ids)]),
-        torch.tensor([0]),
-    )  # fmt: skip
-    with torch.inference_mode():
-        hidden = model.forward(torch.tensor(token_ids), torch.tensor(positions), meta,
-                               runner.kv_caches)  # fmt: skip
-        return model.compute_logits(hidden)
-
-
 def shared_prefix(a: list[int], b: list[int]) -> int:
     for index, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -173,7 +149,7 @@ def measure(
 NAME = "quantized-quality"
 PATHS = {
     "bfloat16": "torch, bfloat16 weights",
-    "auto": "GGUF Q4_1 blocks (the default), int8 activations",
+    "auto": "GGUF Q4_1 blocks, int8 activations, default attention (the default)",
     "q8_0": "every matmul requantized to Q8_0, int8 activations",
 }
 
@@ -181,11 +157,13 @@ PATHS = {
 @dataclass(frozen=True)
 class Settings:
     num_prompts: int = len(PROMPTS)
+    long_context_tokens: int | None = None  # None: the whole long text
     is_quick: bool = False
 
     @classmethod
     def quick(cls, **overrides: Any) -> Settings:
-        return replace(cls(num_prompts=4, is_quick=True), **overrides)
+        settings = cls(num_prompts=4, long_context_tokens=600, is_quick=True)
+        return replace(settings, **overrides)
 
 
 def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -196,7 +174,9 @@ def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
     for path in PATHS:
         progress(PATHS[path])
         paths[path] = measure(path, reference, prompts).__dict__
-    return {"paths": paths}
+    progress("a long context, float32 attention against the default")
+    long_context = attention_quality.measure(settings.long_context_tokens)
+    return {"paths": paths, "long_context": long_context.__dict__}
 
 
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
@@ -223,6 +203,8 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             f"{100 * numbers['mean_shared_prefix']:.0f}% | "
             f"{100 * numbers['identical_answers']:.0f}% |"
         )
+    if "long_context" in results:
+        lines += ["", *attention_quality.render_lines(results["long_context"])]
     if json_name:
         lines += ["", f"Raw numbers: `{json_name}`."]
     lines += ["", f"<!-- {NAME}-bench:end -->"]

@@ -68,6 +68,7 @@ def test_build_config_from_flags() -> None:
         kv_cache_memory="512MiB",
         max_model_len=256,
         num_threads=1,
+        attention_precision="float32",
         environ={},
     ).config
     assert config.server.host == "0.0.0.0" and config.server.port == 9000
@@ -76,6 +77,7 @@ def test_build_config_from_flags() -> None:
     assert engine.model == "/models/x.gguf"
     assert engine.kv_cache_bytes == 512 * 1024**2
     assert engine.max_model_len == 256 and engine.num_threads == 1
+    assert engine.attention_precision == "float32"
 
 
 def test_build_config_names_the_bad_flag() -> None:
@@ -85,6 +87,8 @@ def test_build_config_names_the_bad_flag() -> None:
         cli_main.serve_settings(port=70000, environ={})
     with pytest.raises(ConfigError, match="--kv-cache-memory: invalid byte size"):
         cli_main.serve_settings(kv_cache_memory="lots", environ={})
+    with pytest.raises(ConfigError, match=r"--attention-precision.*'auto' or 'float32'"):
+        cli_main.serve_settings(attention_precision="int8", environ={})
 
 
 def test_serve_passes_flags_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:

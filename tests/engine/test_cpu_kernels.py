@@ -20,8 +20,15 @@ from titan.kernels.library import CpuKernels
 # test` only, not `make check`.
 pytestmark = pytest.mark.slow
 
-# Each path this machine can run: -march=haswell is the AVX2 path, x86-64 the portable C.
-TARGETS = {"native": None, "haswell": "avx2", "x86-64": None}
+# Each path this machine can run, with the CPU flags it needs: -march=haswell is the AVX2 path,
+# x86-64 the portable C, cooperlake AVX-512 VNNI and BF16 without AMX (attention_reduced.c's
+# int8 unit, which an AMX CPU's native build replaces by attention_amx.c's).
+TARGETS = {
+    "native": set(),
+    "haswell": {"avx2", "fma", "f16c"},
+    "x86-64": set(),
+    "cooperlake": {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"},
+}
 
 
 def cpu_flags() -> set[str]:
@@ -39,8 +46,7 @@ def kernels(kernel_cache: Path) -> dict[str, CpuKernels]:
     targets = [
         march
         for march, needs in TARGETS.items()
-        if (march == "native" or (flags and "x86" in _arch()))
-        and (needs != "avx2" or {"avx2", "fma", "f16c"} <= flags)
+        if (march == "native" or (flags and "x86" in _arch())) and needs <= flags
     ]
     with ThreadPoolExecutor() as pool:  # the compilers run side by side
         futures = {march: pool.submit(build_library, kernel_cache, march) for march in targets}
@@ -161,3 +167,131 @@ def test_attention_over_threads_equals_one_thread(kernels):
     weights = torch.softmax(query @ keys.transpose(1, 2) * 0.125, dim=-1)
     expected = (weights @ values).reshape(heads, head_dim)
     assert torch.allclose(many[0], expected, atol=1e-5)
+
+
+def _f16_attention(kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts):
+    """attention.c over float16 caches (the quantized model's), float32 queries and output."""
+    from titan.kernels.library import AttentionArgs
+
+    _, heads, head_dim = q.shape
+    _, block_size, kv_heads, _ = v_cache.shape
+    out = torch.empty_like(q)
+    kernels.attention(AttentionArgs(
+        q=q.data_ptr(), k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(),
+        block_tables=tables.data_ptr(), query_starts=starts.data_ptr(),
+        first_positions=firsts.data_ptr(), out=out.data_ptr(), num_seqs=firsts.shape[0],
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, block_size=block_size,
+        max_blocks=tables.shape[1], q_stride=heads * head_dim, out_stride=heads * head_dim,
+        scale=head_dim**-0.5, dtype=dtype,
+    ))  # fmt: skip
+    return out
+
+
+def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, head_dim: int):
+    """Float16 caches shaped like a real model's: a few key channels many times the others (what
+    RoPE'd keys look like), so each key's int8 scale is set by its outliers."""
+    k = torch.randn(num_blocks, kv_heads, head_dim, 16, generator=generator)
+    k[:, :, :4] *= 8
+    v = torch.randn(num_blocks, 16, kv_heads, head_dim, generator=generator)
+    return k.half(), v.half()
+
+
+# Relative error of a row's output against the float32 unit on _outlier_caches' keys: median and
+# worst allowed, per unit (measured: AMX median 0.5%, worst 2.9%; int8 median 3.2%, worst 27%:
+# int8's per-key scale is set by the outlier channels).
+REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, bfloat16 values": (0.05, 0.5)}
+
+
+def test_reduced_attention_is_close_to_float32_and_batch_invariant(kernels):
+    from titan.kernels.library import ATTENTION_F32_F16_CACHE, ATTENTION_F32_F16_CACHE_REDUCED
+
+    units = {march: k for march, k in kernels.items() if k.has_reduced_attention}
+    if not units:
+        pytest.skip("this CPU has neither AMX nor AVX-512 VNNI and BF16: the float32 unit serves")
+    heads, kv_heads, head_dim = 9, 3, 64  # SmolLM2-135M's attention
+    generator = torch.Generator().manual_seed(11)
+    k_cache, v_cache = _outlier_caches(generator, 40, kv_heads, head_dim)
+    table = torch.randperm(40, generator=generator)[None]
+    q = torch.randn(150, heads, head_dim, generator=generator)
+    chunk_args = (table, torch.tensor([0, 150]), torch.tensor([450]))
+    for march, library in units.items():
+        # one chunk of 150 queries at positions 450..599, then rows of it alone and beside
+        # another sequence: every row must come out the same bits
+        reduced = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, q, k_cache, v_cache,
+                                 *chunk_args)  # fmt: skip
+        for row in (0, 17, 70, 149):
+            alone = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED,
+                                   q[row : row + 1].clone(), k_cache, v_cache, table,
+                                   torch.tensor([0, 1]), torch.tensor([450 + row]))  # fmt: skip
+            beside = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED,
+                                    torch.cat([q[:40], q[row : row + 1]]), k_cache, v_cache,
+                                    torch.cat([table, table]), torch.tensor([0, 40, 41]),
+                                    torch.tensor([100, 450 + row]))  # fmt: skip
+            assert torch.equal(alone[0], reduced[row]), (march, row)
+            assert torch.equal(beside[40], reduced[row]), (march, row)
+        # against the float32 unit: close, not equal
+        exact = _f16_attention(library, ATTENTION_F32_F16_CACHE, q, k_cache, v_cache, *chunk_args)
+        assert not torch.equal(exact, reduced), march
+        relative = ((reduced - exact).norm(dim=-1) / exact.norm(dim=-1)).flatten()
+        median, worst = REDUCED_ERROR[library.reduced_attention_kind]
+        assert relative.median() < median and relative.max() < worst, (march, relative.median(),
+                                                                      relative.max())  # fmt: skip
+
+
+def test_reduced_attention_falls_back_to_float32_where_the_cpu_lacks_it(kernels):
+    """Builds without a reduced unit (AVX2, portable) serve the reduced dtype with the float32
+    unit: the same bits as asking for it."""
+    from titan.kernels.library import ATTENTION_F32_F16_CACHE, ATTENTION_F32_F16_CACHE_REDUCED
+
+    generator = torch.Generator().manual_seed(12)
+    k_cache, v_cache = _outlier_caches(generator, 8, 2, 64)
+    args = (torch.arange(8)[None], torch.tensor([0, 40]), torch.tensor([60]))
+    q = torch.randn(40, 4, 64, generator=generator)
+    without = {march: k for march, k in kernels.items() if not k.has_reduced_attention}
+    assert "x86-64" in without or "x86" not in _arch()
+    for march, library in without.items():
+        assert library.reduced_attention_kind == "float32", march
+        exact = _f16_attention(library, ATTENTION_F32_F16_CACHE, q, k_cache, v_cache, *args)
+        asked = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, q, k_cache, v_cache,
+                               *args)  # fmt: skip
+        assert torch.equal(exact, asked), march
+
+
+def test_kv_move_copies_values_and_rotates_keys_back_as_rope_does(kernels):
+    """kv_move.c (context shift on the quantized model's caches) against rope.rotated_back, the
+    torch path's computation: values copied exactly, keys the same up to float16 rounding."""
+    import ctypes
+
+    from titan.engine.model.rope import rotated_back, rotation_back
+    from titan.kernels.library import KVMoveArgs, pointer
+
+    layers, kv_heads, head_dim, size = 3, 2, 64, 16
+    generator = torch.Generator().manual_seed(13)
+    caches = [_outlier_caches(generator, 12, kv_heads, head_dim) for _ in range(layers)]
+    before = [(k.clone(), v.clone()) for k, v in caches]
+    source = np.arange(37, 37 + 70, dtype=np.int64)  # two blocks' worth, unaligned
+    destination = np.arange(112, 112 + 70, dtype=np.int64)
+    shift = 29
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    cos, sin = (x.numpy() for x in rotation_back(shift, inv_freq))
+    pointers = ctypes.c_void_p * layers
+    k_pointers = pointers(*(k.data_ptr() for k, _ in caches))
+    v_pointers = pointers(*(v.data_ptr() for _, v in caches))
+    kernels["native"].kv_move(KVMoveArgs(
+        k_caches=ctypes.addressof(k_pointers), v_caches=ctypes.addressof(v_pointers),
+        source_slots=pointer(source), destination_slots=pointer(destination), num_layers=layers,
+        num_tokens=len(source), num_kv_heads=kv_heads, head_dim=head_dim, block_size=size,
+        cos=pointer(cos), sin=pointer(sin),
+    ))  # fmt: skip
+    src, dst = torch.from_numpy(source), torch.from_numpy(destination)
+    for (k, v), (k0, v0) in zip(caches, before, strict=True):
+        flat_v, flat_v0 = v.view(-1, kv_heads, head_dim), v0.view(-1, kv_heads, head_dim)
+        assert torch.equal(flat_v[dst], flat_v0[src])
+        expected = rotated_back(k0[src // size, :, :, src % size], shift, inv_freq)
+        moved = k[dst // size, :, :, dst % size]
+        # C may fuse a multiply-add that torch rounds twice: at most one float16 step apart
+        assert torch.allclose(moved.float(), expected.float(), rtol=2**-10, atol=2**-14)
+        assert (moved == expected).float().mean() > 0.99
+        untouched = torch.ones(12 * size, dtype=torch.bool)
+        untouched[dst] = False
+        assert torch.equal(flat_v[untouched], flat_v0[untouched])

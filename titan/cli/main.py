@@ -41,6 +41,7 @@ _ENGINE_FLAGS = {
     "device": "--device",
     "dtype": "--dtype",
     "quantization": "--quantization",
+    "attention_precision": "--attention-precision",
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_cache_bytes": "--kv-cache-memory",
@@ -63,6 +64,7 @@ def serve_settings(
     device: str | None = None,
     dtype: str | None = None,
     quantization: str | None = None,
+    attention_precision: str | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_cache_memory: str | None = None,
@@ -85,6 +87,7 @@ def serve_settings(
         "device": device,
         "dtype": dtype,
         "quantization": quantization,
+        "attention_precision": attention_precision,
         "max_num_seqs": max_num_seqs,
         "max_num_batched_tokens": max_num_batched_tokens,
         "kv_cache_bytes": kv_cache_memory,
@@ -251,6 +254,13 @@ def serve(
             "is set), none (dense weights in torch) or q8_0 (every matmul quantized to Q8_0)."
         ),
     ] = None,
+    attention_precision: Annotated[
+        str | None,
+        typer.Option(
+            help="auto (the quantized path's attention in int8 and bfloat16 where the CPU has "
+            "AVX-512 VNNI and BF16, float32 elsewhere) or float32 (float32 everywhere)."
+        ),
+    ] = None,
     max_num_seqs: Annotated[
         int | None, typer.Option(help="Most sequences in one engine step.")
     ] = None,
@@ -313,6 +323,7 @@ def serve(
             device=device,
             dtype=dtype,
             quantization=quantization,
+            attention_precision=attention_precision,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             kv_cache_memory=kv_cache_memory,

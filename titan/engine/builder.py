@@ -124,10 +124,18 @@ def build_model(
             weights = load_quantized(
                 source.hf_dir, model_config, use_file_blocks=wants == "auto" and has_blocks
             )
-            model = QuantizedLlama(model_config, weights, kernels, max_model_len, config.block_size)
+            reduced = (  # the reduced units take head dims 64 at a time (attention.c)
+                config.attention_precision == "auto"
+                and kernels.has_reduced_attention
+                and model_config.head_dim % 64 == 0
+            )
+            model = QuantizedLlama(
+                model_config, weights, kernels, max_model_len, config.block_size, reduced
+            )
+            attention = kernels.reduced_attention_kind if reduced else "float32"
             description = (
                 f"{weights.formats()} weights ({weights.num_bytes / 2**20:.0f} MiB), "
-                f"{kernels.isa} kernels, {kernels.num_threads} threads"
+                f"{kernels.isa} kernels, {kernels.num_threads} threads, attention {attention}"
             )
             return BuiltModel(model, KV_DTYPE, None, kernels, description)
         if config.quantization != "auto":

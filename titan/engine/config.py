@@ -23,6 +23,11 @@ class EngineConfig:
     # then dense weights in it); none: dense weights in torch; q8_0: every matmul quantized to
     # Q8_0 on the CPU kernels (HF directories too).
     quantization: str = "auto"
+    # The quantized path's attention over its float16 KV cache. auto: reduced precision where
+    # the CPU has a unit for it (bfloat16 tiles with AMX; int8 scores and bfloat16 values with
+    # AVX-512 VNNI and BF16; 1.7-3.5x faster over long contexts, its error in bench/RESULTS.md),
+    # float32 elsewhere; float32: float32 arithmetic everywhere.
+    attention_precision: str = "auto"
     block_size: int = 16
     # KV budget: blocks if given, else bytes. The token capacity is logged at start.
     num_kv_blocks: int | None = None
@@ -64,6 +69,10 @@ class EngineConfig:
             problems.append(f"dtype must be auto, float32, bfloat16 or float16, got {self.dtype!r}")
         if self.quantization not in ("auto", "none", "q8_0"):
             problems.append(f"quantization must be auto, none or q8_0, got {self.quantization!r}")
+        if self.attention_precision not in ("auto", "float32"):
+            problems.append(
+                f"attention_precision must be auto or float32, got {self.attention_precision!r}"
+            )
         if self.max_decode_slowdown is not None and self.max_decode_slowdown <= 1.0:
             problems.append(f"max_decode_slowdown must be > 1, got {self.max_decode_slowdown}")
         if self.num_threads is not None and self.num_threads < 1:

@@ -18,7 +18,7 @@ from titan.engine.model.attention import (
 )
 from titan.engine.model.llama import LlamaForCausalLM
 from titan.engine.model.quantized import QuantizedLlama
-from titan.engine.model.rope import inverse_frequencies, rotated_back
+from titan.engine.model.rope import inverse_frequencies, rotated_back, rotation_back
 from titan.engine.sampler import SampledToken, SamplingRow, sample
 from titan.engine.scheduler import ScheduledRequest
 
@@ -82,6 +82,13 @@ class ModelRunner:
         rotation per position, so the key at ``q + d`` rotated by ``-d`` is the key at ``q``)."""
         size, device = self.block_size, self.device
         inv_freq = inverse_frequencies(self.model.config).to(device)
+        if isinstance(self.model, QuantizedLlama):  # one pass in C (kv_move.c)
+            for move in moves:
+                rotation = None
+                if move.shift:
+                    rotation = tuple(x.numpy() for x in rotation_back(move.shift, inv_freq))
+                self.model.move_kv(list(move.source_slots), list(move.destination_slots), rotation)
+            return
         for move in moves:
             source = torch.tensor(move.source_slots, dtype=torch.long, device=device)
             destination = torch.tensor(move.destination_slots, dtype=torch.long, device=device)

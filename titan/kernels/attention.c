@@ -21,6 +21,11 @@
  * fixed per build, so a row's arithmetic still never depends on the batch; across instruction
  * sets it differs by rounding.
  *
+ * ATTENTION_F32_F16_CACHE_REDUCED (the quantized model's default) hands every unit to a
+ * reduced-precision unit where the build has one and the CPU lets it run (attention_amx.c,
+ * attention_reduced.c: bfloat16 or int8 arithmetic, tiles of REDUCED_TILE queries, the same
+ * row-only rule); else the float16-cache unit below serves it.
+ *
  * Layouts (row-major):
  *   q, out           [num_tokens, num_heads, head_dim] (rows q_stride / out_stride apart)
  *   k cache          [num_blocks, num_kv_heads, head_dim, block_size]  (transposed blocks)
@@ -37,19 +42,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "cpu.h"
 #include "vec.h"
 #include "vec_keys.h"
 
-#define TILE 16
 #define MAX_HEADS 128
-#define MAX_HEAD_DIM 256
-/* Keys per softmax step on every target: the running maximum, the rescale and the totals are
- * updated once per STEP keys, not per vector (the bookkeeping was a quarter of the time with a
- * step of one vector). Register blocking, as many rows as the registers hold: SCORE_ROWS rows
- * times the step's vectors of scores; VALUE_ROWS rows times VALUE_SLICES output slices, plus
- * the slices of one value row (32 registers with AVX-512 and NEON, 16 with AVX and SSE). */
-#define STEP 32
+/* Register blocking, as many rows as the registers hold: SCORE_ROWS rows times the step's
+ * vectors of scores; VALUE_ROWS rows times VALUE_SLICES output slices, plus the slices of one
+ * value row (32 registers with AVX-512 and NEON, 16 with AVX and SSE). */
 #if defined(__AVX512F__)
 #define SCORE_ROWS 8
 #define VALUE_ROWS 6
@@ -63,7 +64,6 @@
 #define VALUE_ROWS 4
 #define VALUE_SLICES 4
 #endif
-#define VECTORS (STEP / KEYS) /* vectors of keys per step */
 _Static_assert(SCORE_ROWS <= 8 && VALUE_ROWS <= 6, "the row-count switches below stop there");
 
 /* One thread's scratch for a unit of at most `rows` rows. */
@@ -75,12 +75,14 @@ typedef struct {
     float *v;   /* [STEP][head_dim]: this step's values, as floats */
     float *total;                 /* [rows][KEYS]: the softmax's running total, per lane */
     float *max, *rescale;         /* [rows] */
+    float *reduced;               /* attention_reduced.c's own */
 } scratch;
 
 typedef struct {
     const attention_args *a;
     const int64_t *unit_seq, *unit_first, *unit_head; /* per unit */
     scratch *scratches;                               /* per thread */
+    int reduced; /* attention_reduced_unit serves every unit */
 } attention_job;
 
 /* Ask for the keys and values of the next positions while these are computed: cache
@@ -193,30 +195,6 @@ static inline __attribute__((always_inline)) void accumulate_any(
     }
 }
 
-/* One row's softmax over the step's scores: probabilities into p, the running maximum and
- * total updated, the factor for its earlier output into *rescale. */
-static inline void softmax_step(const vk *scores, int64_t visible, float *max, vk *total,
-                                float *p, float *rescale) {
-    vk cut_scores[VECTORS];
-    vk top_lanes = splat_k(-INFINITY);
-    for (int c = 0; c < VECTORS; c++) {
-        cut_scores[c] = cut(scores[c], visible - c * KEYS, -INFINITY);
-        top_lanes = vmax_k(top_lanes, cut_scores[c]);
-    }
-    const float step_max = max_k(top_lanes);
-    const float top = step_max > *max ? step_max : *max;
-    const float factor = top == *max ? 1.f : expf(*max - top);
-    vk sum = *total * factor;
-    for (int c = 0; c < VECTORS; c++) {
-        const vk prob = cut(exp_k(cut_scores[c] - top), visible - c * KEYS, 0.f);
-        sum += prob; /* per lane; summed across lanes once, at the end */
-        store_k(p + c * KEYS, prob);
-    }
-    *total = sum;
-    *max = top;
-    *rescale = factor;
-}
-
 /* T: the type of q and out; C: of the caches (LOAD_VEC converts KEYS values of it). */
 #define DEFINE_UNIT(NAME, T, LOAD, STORE, C, LOAD_VEC)                                  \
 static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,                  \
@@ -272,8 +250,8 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
             for (int r = 0; r < R; r++) {                                                       \
                 const int64_t row = r0 + r;                                                     \
                 vk total = load_k(w->total + row * KEYS);                                       \
-                softmax_step(sc + r * VECTORS, first_ctx + row / group - t0, w->max + row,      \
-                             &total, w->p + row * STEP, w->rescale + row);                      \
+                softmax_step(sc + r * VECTORS, VECTORS, first_ctx + row / group - t0,           \
+                             w->max + row, &total, w->p + row * STEP, w->rescale + row);        \
                 store_k(w->total + row * KEYS, total);                                          \
             }                                                                                   \
         }                                                                                       \
@@ -306,9 +284,12 @@ static void attention_item(void *ctx, int64_t item, int thread) {
     const attention_job *job = ctx;
     const scratch *w = &job->scratches[thread];
     const int64_t s = job->unit_seq[item], tile = job->unit_first[item];
-    if (job->a->dtype == ATTENTION_BF16)
+    if (job->reduced)
+        attention_reduced_unit(job->a, s, tile, job->unit_head[item], w->reduced);
+    else if (job->a->dtype == ATTENTION_BF16)
         unit_bf16(job->a, s, tile, job->unit_head[item], w);
-    else if (job->a->dtype == ATTENTION_F32_F16_CACHE)
+    else if (job->a->dtype == ATTENTION_F32_F16_CACHE ||
+             job->a->dtype == ATTENTION_F32_F16_CACHE_REDUCED)
         unit_f16_cache(job->a, s, tile, job->unit_head[item], w);
     else
         unit_f32(job->a, s, tile, job->unit_head[item], w);
@@ -319,13 +300,22 @@ int attention(pool *p, const attention_args *a) {
         a->num_heads % a->num_kv_heads || a->block_size % LANES ||
         a->q_stride < a->num_heads * a->head_dim || a->out_stride < a->num_heads * a->head_dim)
         return -1;
+    /* the reduced units take head dims 64 at a time, and tiles of more queries (their staged
+     * keys and values serve more rows); the float32 unit serves any other shape */
+    const int64_t hd = a->head_dim, group = a->num_heads / a->num_kv_heads;
+    const int use_reduced = a->dtype == ATTENTION_F32_F16_CACHE_REDUCED && hd % 64 == 0 &&
+                            attention_reduced_available();
+    const int64_t tile_size = use_reduced ? REDUCED_TILE : TILE;
     int64_t num_tiles = 0;
     for (int64_t s = 0; s < a->num_seqs; s++)
-        num_tiles += (a->query_starts[s + 1] - a->query_starts[s] + TILE - 1) / TILE;
+        num_tiles += (a->query_starts[s + 1] - a->query_starts[s] + tile_size - 1) / tile_size;
     const int64_t num_units = num_tiles * a->num_kv_heads;
     const int num_threads = pool_size(p);
-    const int64_t hd = a->head_dim, rows = TILE * (a->num_heads / a->num_kv_heads);
-    const int64_t per_thread = 2 * rows * hd + rows * STEP + 2 * STEP * hd + rows * KEYS + 2 * rows;
+    const int64_t rows = TILE * group;
+    const int64_t reduced =
+        use_reduced ? attention_reduced_scratch_bytes(REDUCED_TILE * group, hd) / 4 + 1 : 0;
+    const int64_t per_thread =
+        2 * rows * hd + rows * STEP + 2 * STEP * hd + rows * KEYS + 2 * rows + reduced;
     float *memory = malloc(sizeof(float) * (size_t)(per_thread * num_threads));
     int64_t *units = malloc(sizeof(int64_t) * (size_t)(3 * num_units + 1));
     scratch *scratches = malloc(sizeof(scratch) * (size_t)num_threads);
@@ -342,16 +332,18 @@ int attention(pool *p, const attention_args *a) {
         scratches[t].total = scratches[t].v + STEP * hd;
         scratches[t].max = scratches[t].total + rows * KEYS;
         scratches[t].rescale = scratches[t].max + rows;
+        scratches[t].reduced = scratches[t].rescale + rows;
     }
     int64_t u = 0;
     for (int64_t s = 0; s < a->num_seqs; s++)
-        for (int64_t first = a->query_starts[s]; first < a->query_starts[s + 1]; first += TILE)
+        for (int64_t first = a->query_starts[s]; first < a->query_starts[s + 1]; first += tile_size)
             for (int64_t kh = 0; kh < a->num_kv_heads; kh++, u++) {
                 units[u] = s;
                 units[num_units + u] = first;
                 units[2 * num_units + u] = kh;
             }
-    attention_job job = {a, units, units + num_units, units + 2 * num_units, scratches};
+    attention_job job = {a, units, units + num_units, units + 2 * num_units, scratches,
+                         use_reduced};
     pool_run(p, attention_item, &job, num_units);
     free(memory); free(units); free(scratches);
     return 0;

@@ -18,8 +18,17 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-SOURCES = ("threads.c", "quant.c", "qgemm.c", "attention.c", "forward.c")
-HEADERS = ("cpu.h", "vec.h", "vec_keys.h")
+SOURCES = (
+    "threads.c",
+    "quant.c",
+    "qgemm.c",
+    "attention.c",
+    "attention_reduced.c",
+    "attention_amx.c",
+    "kv_move.c",
+    "forward.c",
+)
+HEADERS = ("cpu.h", "vec.h", "vec_keys.h", "attention.h")
 # No fast-math: the kernels' summation orders must be the ones the code spells out. FMA
 # contraction is on explicitly (ISO C mode turns it off); it applies the same way to every call.
 _FLAGS = [

@@ -59,8 +59,14 @@ void dequantize_row(const qweight *w, int64_t n, float *out);
 /* ---- attention.c: attention read in place from the paged KV cache ---- */
 
 /* F32: q, caches and out float32; BF16: all bfloat16 (the torch path); F32_F16_CACHE: q and out
- * float32, the caches float16 (the quantized model's). */
-enum attention_dtype { ATTENTION_F32 = 0, ATTENTION_BF16 = 1, ATTENTION_F32_F16_CACHE = 2 };
+ * float32, the caches float16 (the quantized model's); F32_F16_CACHE_REDUCED: the same types,
+ * in reduced precision where the CPU has a unit for it (attention_amx.c, attention_reduced.c). */
+enum attention_dtype {
+    ATTENTION_F32 = 0,
+    ATTENTION_BF16 = 1,
+    ATTENTION_F32_F16_CACHE = 2,
+    ATTENTION_F32_F16_CACHE_REDUCED = 3,
+};
 
 typedef struct {
     const void *q;                  /* [T, heads, head_dim] */
@@ -78,5 +84,17 @@ typedef struct {
 
 /* 0, or -1 when the shapes are beyond the kernel, -2 when out of memory. */
 int attention(pool *p, const attention_args *a);
+
+/* ---- kv_move.c: context shift's copy between slots of the float16 caches ---- */
+
+typedef struct {
+    _Float16 *const *k_caches, *const *v_caches; /* [num_layers], attention_args' layouts */
+    const int64_t *source_slots, *destination_slots; /* [num_tokens], never overlapping */
+    int64_t num_layers, num_tokens, num_kv_heads, head_dim, block_size;
+    const float *cos, *sin; /* [head_dim / 2] of the shift, to rotate keys back; NULL: a copy */
+} kv_move_args;
+
+/* 0, or -1 for an odd head_dim. */
+int kv_move(pool *p, const kv_move_args *a);
 
 #endif

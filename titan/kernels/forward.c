@@ -40,6 +40,7 @@ typedef struct {
     qweight embedding;       /* [V, H]: its rows are dequantized for the input */
     const float *rope_cos;   /* [max_positions, head_dim] */
     const float *rope_sin;
+    int32_t attention_dtype; /* ATTENTION_F32_F16_CACHE, or its _REDUCED form */
 } model;
 
 typedef struct {
@@ -186,7 +187,7 @@ static void attend(pool *p, const layer_job *j) {
         .block_size = m->block_size, .max_blocks = s->max_blocks,
         .q_stride = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim,
         .out_stride = m->num_heads * m->head_dim,
-        .scale = 1.f / sqrtf((float)m->head_dim), .dtype = ATTENTION_F32_F16_CACHE,
+        .scale = 1.f / sqrtf((float)m->head_dim), .dtype = m->attention_dtype,
     };
     if (attention(p, &a) != 0) abort(); /* shapes were checked when the model loaded */
 }

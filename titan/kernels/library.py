@@ -49,6 +49,15 @@ class Model(ctypes.Structure):
         ("num_kv_heads", _I64), ("head_dim", _I64), ("block_size", _I64), ("vocab", _I64),
         ("eps", ctypes.c_float), ("layers", _P), ("final_norm", _P), ("lm_head", QWeight),
         ("embedding", QWeight), ("rope_cos", _P), ("rope_sin", _P),
+        ("attention_dtype", ctypes.c_int32),
+    ]  # fmt: skip
+
+
+class KVMoveArgs(ctypes.Structure):
+    _fields_ = [
+        ("k_caches", _P), ("v_caches", _P), ("source_slots", _P), ("destination_slots", _P),
+        ("num_layers", _I64), ("num_tokens", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
+        ("block_size", _I64), ("cos", _P), ("sin", _P),
     ]  # fmt: skip
 
 
@@ -64,6 +73,7 @@ class Step(ctypes.Structure):
 ATTENTION_F32 = 0
 ATTENTION_BF16 = 1
 ATTENTION_F32_F16_CACHE = 2
+ATTENTION_F32_F16_CACHE_REDUCED = 3  # attention_amx.c or attention_reduced.c, where the CPU can
 
 
 def pointer(array: np.ndarray | None) -> int | None:
@@ -90,6 +100,12 @@ class CpuKernels:
         lib.quantize_row.restype = None
         lib.attention.argtypes = [_P, ctypes.POINTER(AttentionArgs)]
         lib.attention.restype = ctypes.c_int
+        lib.attention_reduced_available.argtypes = []
+        lib.attention_reduced_available.restype = ctypes.c_int
+        lib.attention_reduced_kind.argtypes = []
+        lib.attention_reduced_kind.restype = ctypes.c_char_p
+        lib.kv_move.argtypes = [_P, ctypes.POINTER(KVMoveArgs)]
+        lib.kv_move.restype = ctypes.c_int
         lib.titan_forward.argtypes = [_P, ctypes.POINTER(Model), ctypes.POINTER(Step)]
         lib.titan_forward.restype = ctypes.c_int
         self.num_threads = num_threads
@@ -102,6 +118,18 @@ class CpuKernels:
         """The instruction set the GEMMs were compiled for: avx512-vnni, avx2, neon-dotprod or
         portable."""
         return self._lib.qgemm_isa().decode()
+
+    @property
+    def has_reduced_attention(self) -> bool:
+        """Whether this build has a reduced-precision attention unit that this CPU lets run:
+        attention_amx.c's (AMX-BF16) or attention_reduced.c's (AVX-512 VNNI and BF16)."""
+        return bool(self._lib.attention_reduced_available())
+
+    @property
+    def reduced_attention_kind(self) -> str:
+        """What that unit computes in, as the engine's log line says it."""
+        kind = self._lib.attention_reduced_kind().decode()
+        return kind if self.has_reduced_attention else "float32"
 
     def quantize(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows of float32 ``x`` as int8 blocks: (values, scales d, d * sums s)."""
@@ -133,6 +161,11 @@ class CpuKernels:
         status = self._lib.attention(self._pool, ctypes.byref(args))
         if status != 0:
             raise RuntimeError(f"the paged attention kernel failed ({status})")
+
+    def kv_move(self, args: KVMoveArgs) -> None:
+        status = self._lib.kv_move(self._pool, ctypes.byref(args))
+        if status != 0:
+            raise RuntimeError(f"the KV move kernel failed ({status})")
 
     def forward(self, model: Model, step: Step) -> None:
         status = self._lib.titan_forward(self._pool, ctypes.byref(model), ctypes.byref(step))

@@ -19,7 +19,17 @@ from titan.engine.model.config import ModelConfig
 from titan.engine.model.rope import RotaryEmbedding
 from titan.errors import ModelLoadError
 from titan.kernels import packing
-from titan.kernels.library import CpuKernels, LayerWeights, Model, Step, pointer, qweight
+from titan.kernels.library import (
+    ATTENTION_F32_F16_CACHE,
+    ATTENTION_F32_F16_CACHE_REDUCED,
+    CpuKernels,
+    KVMoveArgs,
+    LayerWeights,
+    Model,
+    Step,
+    pointer,
+    qweight,
+)
 
 BLOCKS_FILE = Path("quantized") / "blocks.safetensors"
 KV_DTYPE = torch.float16  # forward.c's cache type
@@ -141,6 +151,7 @@ class QuantizedLlama:
         kernels: CpuKernels,
         max_positions: int,
         block_size: int,
+        reduced_attention: bool = False,
     ):
         self.config = config
         self.weights = weights
@@ -173,6 +184,9 @@ class QuantizedLlama:
             embedding=qweight(weights.embedding),
             rope_cos=pointer(self._rope[0]),
             rope_sin=pointer(self._rope[1]),
+            attention_dtype=(
+                ATTENTION_F32_F16_CACHE_REDUCED if reduced_attention else ATTENTION_F32_F16_CACHE
+            ),
         )
         self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         # Seconds the kernels spent in matmuls, attention and the rest, since the model loaded.
@@ -195,6 +209,36 @@ class QuantizedLlama:
                 raise ValueError("the quantized model needs contiguous float16 KV caches")
             slot.k_cache, slot.v_cache = k.data_ptr(), v.data_ptr()
         self._caches = kv_caches  # keeps them alive while C holds their addresses
+        pointers = ctypes.c_void_p * len(kv_caches)
+        self._cache_pointers = (
+            pointers(*(k.data_ptr() for k, _ in kv_caches)),
+            pointers(*(v.data_ptr() for _, v in kv_caches)),
+        )
+
+    def move_kv(
+        self,
+        source: list[int],
+        destination: list[int],
+        rotation: tuple[np.ndarray, np.ndarray] | None,
+    ) -> None:
+        """Every layer's KV from slots ``source`` to ``destination`` (kv_move.c); keys rotated
+        by ``rotation`` (float32 cos and sin of head_dim / 2 frequencies) or copied as they are."""
+        sources, destinations = np.asarray(source, np.int64), np.asarray(destination, np.int64)
+        cos, sin = (None, None) if rotation is None else rotation
+        args = KVMoveArgs(
+            k_caches=ctypes.addressof(self._cache_pointers[0]),
+            v_caches=ctypes.addressof(self._cache_pointers[1]),
+            source_slots=pointer(sources),
+            destination_slots=pointer(destinations),
+            num_layers=len(self._caches),
+            num_tokens=len(sources),
+            num_kv_heads=self.config.num_key_value_heads,
+            head_dim=self.config.head_dim,
+            block_size=self._model.block_size,
+            cos=pointer(cos),
+            sin=pointer(sin),
+        )
+        self.kernels.kv_move(args)
 
     def step(
         self,

@@ -65,10 +65,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + rotated * sin
 
 
+def rotation_back(shift: int, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (float32, head_dim / 2 each) of the rotation ``shift`` positions back: dims
+    d and d + head_dim / 2 become x1 cos + x2 sin and x2 cos - x1 sin."""
+    freqs = shift * inv_freq
+    return freqs.cos(), freqs.sin()
+
+
 def rotated_back(keys: torch.Tensor, shift: int, inv_freq: torch.Tensor) -> torch.Tensor:
     """Keys [T, heads, head_dim] rotated as if ``shift`` positions earlier (computed in float32,
     returned in the keys' dtype)."""
-    freqs = shift * inv_freq
-    emb = torch.cat((freqs, freqs))
-    rotated = apply_rotary(keys.float(), emb.cos(), -emb.sin())
+    cos, sin = rotation_back(shift, inv_freq)
+    rotated = apply_rotary(keys.float(), torch.cat((cos, cos)), -torch.cat((sin, sin)))
     return rotated.to(keys.dtype)

@@ -1,0 +1,98 @@
+/*
+ * What attention.c and attention_reduced.c share: the unit's shape (a tile of TILE query tokens
+ * and one KV head), the softmax step, and the reduced-precision unit's entry points.
+ */
+#ifndef TITAN_ATTENTION_H
+#define TITAN_ATTENTION_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu.h"
+#include "vec_keys.h"
+
+#define TILE 16
+/* The reduced-precision units' tiles: keys and values are staged (rounded, laid out for the dot
+ * product instructions) once per tile, for every row of it. */
+#ifndef REDUCED_TILE
+#define REDUCED_TILE 64
+#endif
+#define MAX_HEAD_DIM 256
+/* Keys per softmax step on every target: the running maximum, the rescale and the totals are
+ * updated once per STEP keys, not per vector (the bookkeeping was a quarter of the time with a
+ * step of one vector). */
+#define STEP 32
+#define VECTORS (STEP / KEYS) /* vectors of keys per step */
+
+/* One row's softmax over a step's scores (`vectors` vectors of KEYS, at most MAX_VECTORS):
+ * probabilities into p, the running maximum and total updated, the factor for its earlier
+ * output into *rescale. */
+#define MAX_VECTORS 8
+static inline __attribute__((always_inline)) void softmax_step(
+    const vk *scores, const int vectors, int64_t visible, float *max, vk *total, float *p,
+    float *rescale) {
+    vk cut_scores[MAX_VECTORS];
+    vk top_lanes = splat_k(-INFINITY);
+    for (int c = 0; c < vectors; c++) {
+        cut_scores[c] = cut(scores[c], visible - c * KEYS, -INFINITY);
+        top_lanes = vmax_k(top_lanes, cut_scores[c]);
+    }
+    const float step_max = max_k(top_lanes);
+    const float top = step_max > *max ? step_max : *max;
+    const float factor = top == *max ? 1.f : expf(*max - top);
+    vk sum = *total * factor;
+    for (int c = 0; c < vectors; c++) {
+        const vk prob = cut(exp_k(cut_scores[c] - top), visible - c * KEYS, 0.f);
+        sum += prob; /* per lane; summed across lanes once, at the end */
+        store_k(p + c * KEYS, prob);
+    }
+    *total = sum;
+    *max = top;
+    *rescale = factor;
+}
+
+
+/* The reduced units' shape: sequence s's queries from `tile` (at most REDUCED_TILE), their rows
+ * (query i, head kh * group + g at row i * group + g) and the keys the first and last see. */
+typedef struct {
+    int64_t n, group, rows, first_ctx, last_ctx;
+} reduced_shape;
+
+static inline reduced_shape reduced_shape_of(const attention_args *a, int64_t s, int64_t tile) {
+    reduced_shape u;
+    const int64_t seq_end = a->query_starts[s + 1];
+    u.n = seq_end - tile < REDUCED_TILE ? seq_end - tile : REDUCED_TILE;
+    u.group = a->num_heads / a->num_kv_heads;
+    u.rows = u.n * u.group;
+    u.first_ctx = a->first_positions[s] + (tile - a->query_starts[s]) + 1;
+    u.last_ctx = u.first_ctx + u.n - 1;
+    return u;
+}
+
+/* The unit's outputs: each row's sums over its softmax total. */
+static inline void reduced_write_out(const attention_args *a, const reduced_shape *u, int64_t tile,
+                                     int64_t kh, const float *acc, const float *total) {
+    const int64_t hd = a->head_dim;
+    for (int64_t i = 0; i < u->n; i++)
+        for (int64_t g = 0; g < u->group; g++) {
+            const int64_t row = i * u->group + g;
+            const float inverse = 1.f / sum_k(load_k(total + row * KEYS));
+            float *o = (float *)a->out + (tile + i) * a->out_stride + (kh * u->group + g) * hd;
+            for (int64_t d = 0; d < hd; d++) o[d] = acc[row * hd + d] * inverse;
+        }
+}
+
+/* attention_amx.c (AMX-BF16) or attention_reduced.c (AVX-512 VNNI and BF16): one of them
+ * builds the reduced-precision unit, or neither. 1 where this build has it and the CPU lets it
+ * run (AMX's state is asked of the kernel here), else 0 and the float32 unit serves
+ * ATTENTION_F32_F16_CACHE_REDUCED. */
+int attention_reduced_available(void);
+/* What the unit computes in, for the engine's log line ("float32" where there is none). */
+const char *attention_reduced_kind(void);
+/* Bytes of scratch one thread needs for units of `rows` rows. */
+int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim);
+/* One unit: sequence s's tile of queries from `tile`, KV head kh (as attention.c's units). */
+void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
+                            void *scratch);
+
+#endif

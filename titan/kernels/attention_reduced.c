@@ -1,0 +1,296 @@
+/*
+ * Attention over a float16 KV cache with reduced-precision dot products, for CPUs with AVX-512
+ * VNNI and BF16 but no AMX (the quantized model's default where the CPU has them; attention_amx.c
+ * where it has AMX; attention.c's float32 unit everywhere else and whenever asked for).
+ *
+ * Long prompts over long contexts spend most of their time here: at float32 FMA rates a 650-token
+ * turn over 3,300 cached tokens costs more than the turn's matmuls (docs/ARCHITECTURE.md). So:
+ *   - scores: the query row is rounded to int8 with a scale of its own (max |q| / 127), each key
+ *     to int8 with its own scale, and the dot products run on VNNI (vpdpbusd: 64 byte products a
+ *     instruction, four times float32's FMAs); the int32 sums are exact, then scaled back;
+ *   - values: the step's probabilities and values rounded to bfloat16 and summed in float32 by
+ *     vdpbf16ps (pairs of keys a lane, twice float32's FMAs);
+ *   - the softmax (maximum, exp, totals) stays float32, as in attention.c.
+ * The step order is attention.c's (tiles are REDUCED_TILE queries: the staged keys serve more
+ * rows), and every quantity a row uses (its own scale, a key's scale, the step's order) is fixed
+ * by the row and the key alone: a row's output is still the same bits whatever else is in the
+ * call, so the engine stays batch-invariant. The error against float32 is measured in the
+ * quality benchmark.
+ *
+ * vpdpbusd multiplies unsigned by signed bytes: keys are stored +128 (0..255) and each row's
+ * sum gets 128 * (the sum of its int8 values) taken back.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "attention.h"
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* attention_amx.c's unit serves: faster on every CPU that has AMX */
+#elif defined(__AVX512VNNI__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+
+#define SCORE_ROWS 8 /* 8 rows x 2 vectors of int32 sums */
+#define VALUE_ROWS 6 /* 6 rows x 4 slices of float sums, plus 4 value slices */
+#define VALUE_SLICES 4
+#define PAIRS (STEP / 2)
+#define ALIGN(n) (((n) + 63) & ~(int64_t)63)
+
+typedef struct {
+    int8_t *q;        /* [rows][head_dim], scaled by the softmax scale, then rounded */
+    float *q_scale;   /* [rows] */
+    int32_t *q_bias;  /* [rows]: 128 * the sum of the row's int8 values */
+    uint32_t *k;      /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
+    float *k_scale;   /* [STEP] */
+    uint32_t *v;      /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
+    float *p;         /* [rows][STEP]: the step's probabilities */
+    uint32_t *pairs;  /* [rows][PAIRS]: the same as bfloat16 pairs */
+    float *acc;       /* [rows][head_dim] */
+    float *total;     /* [rows][KEYS] */
+    float *max, *rescale; /* [rows] */
+} reduced_scratch;
+
+const char *attention_reduced_kind(void) { return "int8 scores, bfloat16 values"; }
+
+int attention_reduced_available(void) { return 1; }
+
+static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
+    int64_t at = 0;
+#define TAKE(field, bytes) (w->field = (void *)(base + at), at += ALIGN(bytes))
+    TAKE(q, rows * hd);
+    TAKE(q_scale, 4 * rows);
+    TAKE(q_bias, 4 * rows);
+    TAKE(k, hd * STEP);
+    TAKE(k_scale, 4 * STEP);
+    TAKE(v, 4 * PAIRS * hd);
+    TAKE(p, 4 * rows * STEP);
+    TAKE(pairs, 4 * rows * PAIRS);
+    TAKE(acc, 4 * rows * hd);
+    TAKE(total, 4 * rows * KEYS);
+    TAKE(max, 4 * rows);
+    TAKE(rescale, 4 * rows);
+#undef TAKE
+    return at;
+}
+
+int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
+    reduced_scratch w;
+    return carve(&w, NULL, rows, head_dim) + 64;
+}
+
+/* A float query row as int8 with its scale; 0 stays 0. */
+static void quantize_row_int8(const float *x, int64_t n, int8_t *out, float *scale, int32_t *bias) {
+    float top = 0.f;
+    for (int64_t d = 0; d < n; d++) top = fabsf(x[d]) > top ? fabsf(x[d]) : top;
+    const float inverse = top > 0.f ? 127.f / top : 0.f;
+    int32_t sum = 0;
+    for (int64_t d = 0; d < n; d++) {
+        out[d] = (int8_t)lrintf(x[d] * inverse);
+        sum += out[d];
+    }
+    *scale = top / 127.f;
+    *bias = 128 * sum;
+}
+
+/* 16 keys (one vector, dims `stride` apart in a transposed cache block) as bytes +128, four dims
+ * a lane, with each key's scale. Keys past the context hold whatever the cache holds: their
+ * scores are cut before the softmax, whatever they are. */
+static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, uint32_t *k,
+                              float *k_scale) {
+    __m512 top = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d++)
+        top = _mm512_max_ps(top, _mm512_abs_ps(_mm512_cvtph_ps(
+                                     _mm256_loadu_si256((const __m256i *)(kb + d * stride)))));
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(top, _mm512_setzero_ps(), _CMP_GT_OQ);
+    const __m512 inverse = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.f), top);
+    _mm512_storeu_ps(k_scale, _mm512_mul_ps(top, _mm512_set1_ps(1.f / 127.f)));
+    const __m512i offset = _mm512_set1_epi32(128);
+    for (int64_t d = 0; d < hd; d += 4) {
+        __m512i lane = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            const __m512 x = _mm512_cvtph_ps(
+                _mm256_loadu_si256((const __m256i *)(kb + (d + i) * stride)));
+            const __m512i byte = _mm512_add_epi32(
+                _mm512_cvtps_epi32(_mm512_mul_ps(x, inverse)), offset);
+            lane = _mm512_or_si512(lane, _mm512_slli_epi32(byte, 8 * i));
+        }
+        _mm512_storeu_si512(k + (d / 4) * STEP, lane);
+    }
+}
+
+/* Values of keys j and j + 1 (rows `row0`, `row1`; row1 NULL past the context: zeros) as one
+ * bfloat16 pair per dim. */
+static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, int64_t hd,
+                                    uint32_t *out) {
+    for (int64_t d = 0; d < hd; d += 16) {
+        const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row0 + d)));
+        const __m512 b = row1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row1 + d)))
+                              : _mm512_setzero_ps();
+        const __m512i low = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+        const __m512i high = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+        _mm512_storeu_si512(out + d, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
+    }
+}
+
+/* Scores of the step's keys for R rows from r0, in float. */
+static inline __attribute__((always_inline)) void scores_for(const reduced_scratch *w, int64_t r0,
+                                                            int64_t hd, __m512 *out, const int R) {
+    __m512i s[SCORE_ROWS][2];
+    for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < hd / 4; g++) {
+        const __m512i k0 = _mm512_loadu_si512(w->k + g * STEP);
+        const __m512i k1 = _mm512_loadu_si512(w->k + g * STEP + 16);
+        for (int r = 0; r < R; r++) {
+            int32_t four;
+            memcpy(&four, w->q + (r0 + r) * hd + 4 * g, 4);
+            const __m512i q = _mm512_set1_epi32(four);
+            s[r][0] = _mm512_dpbusd_epi32(s[r][0], k0, q);
+            s[r][1] = _mm512_dpbusd_epi32(s[r][1], k1, q);
+        }
+    }
+    const __m512 k_scale0 = _mm512_loadu_ps(w->k_scale), k_scale1 = _mm512_loadu_ps(w->k_scale + 16);
+    for (int r = 0; r < R; r++) {
+        const __m512i bias = _mm512_set1_epi32(w->q_bias[r0 + r]);
+        const __m512 q_scale = _mm512_set1_ps(w->q_scale[r0 + r]);
+        out[2 * r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][0], bias)),
+                                   _mm512_mul_ps(k_scale0, q_scale));
+        out[2 * r + 1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][1], bias)),
+                                       _mm512_mul_ps(k_scale1, q_scale));
+    }
+}
+
+static inline void scores_any(const reduced_scratch *w, int64_t r0, int64_t hd, __m512 *out, int R) {
+    switch (R) {
+    case 1: scores_for(w, r0, hd, out, 1); break;
+    case 2: scores_for(w, r0, hd, out, 2); break;
+    case 3: scores_for(w, r0, hd, out, 3); break;
+    case 4: scores_for(w, r0, hd, out, 4); break;
+    case 5: scores_for(w, r0, hd, out, 5); break;
+    case 6: scores_for(w, r0, hd, out, 6); break;
+    case 7: scores_for(w, r0, hd, out, 7); break;
+    default: scores_for(w, r0, hd, out, SCORE_ROWS); break;
+    }
+}
+
+/* acc = acc * rescale + the step's values weighted by its probabilities, for R rows from r0 and
+ * S slices of 16 dims from d0, over the first `pairs` pairs of keys. */
+static inline __attribute__((always_inline)) void values_for(const reduced_scratch *w, int64_t r0,
+                                                            int64_t hd, int64_t d0, int64_t pairs,
+                                                            const int R, const int S) {
+    __m512 a[VALUE_ROWS][VALUE_SLICES];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++)
+            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
+                                    _mm512_set1_ps(w->rescale[r0 + r]));
+    for (int64_t j = 0; j < pairs; j++) {
+        __m512 value[VALUE_SLICES];
+        for (int c = 0; c < S; c++) {
+            value[c] = _mm512_castsi512_ps(_mm512_loadu_si512(w->v + j * hd + d0 + 16 * c));
+            PIN(value[c]);
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)w->pairs[(r0 + r) * PAIRS + j]));
+            for (int c = 0; c < S; c++)
+                a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)value[c], (__m512bh)p);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
+}
+
+static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
+                                                             int64_t hd, int64_t pairs, const int R) {
+    int64_t d0 = 0;
+    for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
+        values_for(w, r0, hd, d0, pairs, R, VALUE_SLICES);
+    for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, pairs, R, 1);
+}
+
+static inline void values_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t pairs, int R) {
+    switch (R) {
+    case 1: values_rows(w, r0, hd, pairs, 1); break;
+    case 2: values_rows(w, r0, hd, pairs, 2); break;
+    case 3: values_rows(w, r0, hd, pairs, 3); break;
+    case 4: values_rows(w, r0, hd, pairs, 4); break;
+    case 5: values_rows(w, r0, hd, pairs, 5); break;
+    default: values_rows(w, r0, hd, pairs, VALUE_ROWS); break;
+    }
+}
+
+void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
+                            void *memory) {
+    const float *q = a->q;
+    const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
+    const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
+    const int64_t *table = a->block_tables + s * a->max_blocks;
+    const reduced_shape u = reduced_shape_of(a, s, tile);
+    const int64_t n = u.n, group = u.group, rows = u.rows;
+    const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
+    reduced_scratch w;
+    carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
+    float scaled[MAX_HEAD_DIM];
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t g = 0; g < group; g++) {
+            const int64_t row = i * group + g;
+            const float *x = q + (tile + i) * a->q_stride + (kh * group + g) * hd;
+            for (int64_t d = 0; d < hd; d++) scaled[d] = x[d] * a->scale;
+            quantize_row_int8(scaled, hd, w.q + row * hd, w.q_scale + row, w.q_bias + row);
+            w.max[row] = -INFINITY;
+            store_k(w.total + row * KEYS, splat_k(0.f));
+        }
+    memset(w.acc, 0, sizeof(float) * (size_t)(rows * hd));
+    for (int64_t t0 = 0; t0 < last_ctx; t0 += STEP) {
+        const int64_t count = last_ctx - t0 < STEP ? last_ctx - t0 : STEP;
+        for (int c = 0; c < VECTORS; c++) { /* a vector never crosses a cache block */
+            const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
+            const int64_t block = table[t / bs], offset = t % bs;
+            stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, w.k + c * KEYS,
+                       w.k_scale + c * KEYS);
+            const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
+            for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j += 2) {
+                const int64_t at = j - c * KEYS;
+                stage_value_pair(vb + at * kv * hd, j + 1 < count ? vb + (at + 1) * kv * hd : NULL,
+                                 hd, w.v + (j / 2) * hd);
+            }
+        }
+        /* rows of queries that see none of these keys skip the step */
+        const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;
+        for (int64_t r0 = first_row; r0 < rows; r0 += SCORE_ROWS) {
+            const int R = rows - r0 < SCORE_ROWS ? (int)(rows - r0) : SCORE_ROWS;
+            __m512 sc[SCORE_ROWS * VECTORS];
+            scores_any(&w, r0, hd, sc, R);
+            for (int r = 0; r < R; r++) {
+                const int64_t row = r0 + r;
+                vk total = load_k(w.total + row * KEYS);
+                float *p = w.p + row * STEP;
+                softmax_step((const vk *)(sc + r * VECTORS), VECTORS, first_ctx + row / group - t0,
+                             w.max + row, &total, p, w.rescale + row);
+                store_k(w.total + row * KEYS, total);
+                _mm512_storeu_si512(w.pairs + row * PAIRS, (__m512i)_mm512_cvtne2ps_pbh(
+                                        _mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
+            }
+        }
+        /* a row's probabilities past its own context are zero: one count for every row */
+        const int64_t pairs = (count + 1) / 2;
+        for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {
+            const int R = rows - r0 < VALUE_ROWS ? (int)(rows - r0) : VALUE_ROWS;
+            values_any(&w, r0, hd, pairs, R);
+        }
+    }
+    reduced_write_out(a, &u, tile, kh, w.acc, w.total);
+}
+
+#else /* no AMX, VNNI or BF16: attention.c's float32 unit serves */
+
+const char *attention_reduced_kind(void) { return "float32"; }
+int attention_reduced_available(void) { return 0; }
+int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
+    (void)rows, (void)head_dim;
+    return 0;
+}
+void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
+                            void *memory) {
+    (void)a, (void)s, (void)tile, (void)kh, (void)memory;
+}
+
+#endif
