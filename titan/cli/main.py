@@ -257,8 +257,9 @@ def serve(
     attention_precision: Annotated[
         str | None,
         typer.Option(
-            help="auto (the quantized path's attention in int8 and bfloat16 where the CPU has "
-            "AVX-512 VNNI and BF16, float32 elsewhere) or float32 (float32 everywhere)."
+            help="auto (the quantized path's attention in reduced precision where the CPU has "
+            "a unit for it: bfloat16 tiles with AMX, int8 and bfloat16 with AVX-512 VNNI and BF16; "
+            "float32 elsewhere) or float32 (float32 everywhere)."
         ),
     ] = None,
     max_num_seqs: Annotated[

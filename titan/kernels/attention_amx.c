@@ -25,6 +25,7 @@
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -67,8 +68,18 @@ typedef struct {
 
 const char *attention_reduced_kind(void) { return "bfloat16 on AMX tiles"; }
 
+/* Asked once per process (attention() asks at every call: a syscall there costs microseconds in
+ * a sandboxed kernel); the kernel's answer never changes. */
+static pthread_once_t amx_asked = PTHREAD_ONCE_INIT;
+static int amx_granted;
+
+static void ask_for_amx(void) {
+    amx_granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
 int attention_reduced_available(void) {
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    pthread_once(&amx_asked, ask_for_amx);
+    return amx_granted;
 }
 
 static int64_t padded_rows(int64_t rows) { return (rows + ROWS - 1) / ROWS * ROWS; }
