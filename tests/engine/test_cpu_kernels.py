@@ -202,13 +202,16 @@ def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, 
 REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, bfloat16 values": (0.05, 0.5)}
 
 
-def test_reduced_attention_is_close_to_float32_and_batch_invariant(kernels):
+# SmolLM2-135M's attention; Llama-3-style GQA with 128 dims; plain multi-head
+@pytest.mark.parametrize("heads, kv_heads, head_dim", [(9, 3, 64), (16, 2, 128), (4, 4, 64)])
+def test_reduced_attention_is_close_to_float32_and_batch_invariant(
+    kernels, heads, kv_heads, head_dim
+):
     from titan.kernels.library import ATTENTION_F32_F16_CACHE, ATTENTION_F32_F16_CACHE_REDUCED
 
     units = {march: k for march, k in kernels.items() if k.has_reduced_attention}
     if not units:
         pytest.skip("this CPU has neither AMX nor AVX-512 VNNI and BF16: the float32 unit serves")
-    heads, kv_heads, head_dim = 9, 3, 64  # SmolLM2-135M's attention
     generator = torch.Generator().manual_seed(11)
     k_cache, v_cache = _outlier_caches(generator, 40, kv_heads, head_dim)
     table = torch.randperm(40, generator=generator)[None]
