@@ -36,34 +36,28 @@ class AttentionQuality:
     p99_kl: float
 
 
-def _logits(precision: str, token_ids: list[int]) -> tuple[torch.Tensor, str]:
+# 8,192 tokens of cache: the whole text in one prefill (what quality.engine() gives its paths)
+_KV_BLOCKS = 512
+
+
+def _logits(precision: str, max_tokens: int | None) -> tuple[torch.Tensor, list[int], str]:
+    """The text's first ``max_tokens`` tokens (all: None), their logits, and what the
+    attention computed in."""
     from titan.engine.config import EngineConfig
     from titan.engine.engine import Engine
 
-    blocks = -(-len(token_ids) // 16) + 1
-    engine = Engine(EngineConfig(attention_precision=precision, num_kv_blocks=blocks))
+    engine = Engine(EngineConfig(attention_precision=precision, num_kv_blocks=_KV_BLOCKS))
     try:
+        token_ids = engine.tokenizer.encode(LONG_TEXT.read_text())[:max_tokens]
         kind = engine.runner.model.kernels.reduced_attention_kind
-        return all_logits(engine, token_ids).clone(), kind
+        return all_logits(engine, token_ids).clone(), token_ids, kind
     finally:
         engine.close()
 
 
-def tokens_of_text(max_tokens: int | None = None) -> list[int]:
-    from titan.engine.config import EngineConfig
-    from titan.engine.model.loader import load_config, resolve_model
-    from titan.engine.tokenizer import Tokenizer
-
-    source = resolve_model(None, EngineConfig().resolved_cache_dir() / "models")
-    config = load_config(source.hf_dir)
-    tokenizer = Tokenizer(source.hf_dir, config.eos_token_ids, config.bos_token_id)
-    return tokenizer.encode(LONG_TEXT.read_text())[:max_tokens]
-
-
 def measure(max_tokens: int | None = None) -> AttentionQuality:
-    token_ids = tokens_of_text(max_tokens)
-    exact, _ = _logits("float32", token_ids)
-    reduced, kind = _logits("auto", token_ids)
+    exact, token_ids, _ = _logits("float32", max_tokens)
+    reduced, _, kind = _logits("auto", max_tokens)
     targets = torch.tensor(token_ids[1:])
     nll = {"float32": [], "reduced": []}
     agree, kl = [], []

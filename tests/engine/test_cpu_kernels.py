@@ -171,20 +171,10 @@ def test_attention_over_threads_equals_one_thread(kernels):
 
 def _f16_attention(kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts):
     """attention.c over float16 caches (the quantized model's), float32 queries and output."""
-    from titan.kernels.library import AttentionArgs
-
-    _, heads, head_dim = q.shape
-    _, block_size, kv_heads, _ = v_cache.shape
-    out = torch.empty_like(q)
-    kernels.attention(AttentionArgs(
-        q=q.data_ptr(), k_cache=k_cache.data_ptr(), v_cache=v_cache.data_ptr(),
-        block_tables=tables.data_ptr(), query_starts=starts.data_ptr(),
-        first_positions=firsts.data_ptr(), out=out.data_ptr(), num_seqs=firsts.shape[0],
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, block_size=block_size,
-        max_blocks=tables.shape[1], q_stride=heads * head_dim, out_stride=heads * head_dim,
-        scale=head_dim**-0.5, dtype=dtype,
-    ))  # fmt: skip
-    return out
+    head_dim = q.shape[-1]
+    return CpuPagedAttention(kernels)(
+        q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype
+    )
 
 
 def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, head_dim: int):

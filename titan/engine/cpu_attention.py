@@ -38,6 +38,7 @@ class CpuPagedAttention:
         query_starts: torch.Tensor,  # [S + 1] int64
         first_positions: torch.Tensor,  # [S] int64
         scale: float,
+        dtype: int | None = None,  # library.ATTENTION_*; default: q's (caches of the same type)
     ) -> torch.Tensor:
         _, num_heads, head_dim = q.shape
         _, block_size, num_kv_heads, _ = cache_v.shape
@@ -60,7 +61,7 @@ class CpuPagedAttention:
             q_stride=width,
             out_stride=width,
             scale=scale,
-            dtype=_DTYPES[q.dtype],
+            dtype=_DTYPES[q.dtype] if dtype is None else dtype,
         )
         self.kernels.attention(args)
         return out

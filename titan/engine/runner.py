@@ -87,7 +87,7 @@ class ModelRunner:
                 rotation = None
                 if move.shift:
                     rotation = tuple(x.numpy() for x in rotation_back(move.shift, inv_freq))
-                self.model.move_kv(list(move.source_slots), list(move.destination_slots), rotation)
+                self.model.move_kv(move.source_slots, move.destination_slots, rotation)
             return
         for move in moves:
             source = torch.tensor(move.source_slots, dtype=torch.long, device=device)

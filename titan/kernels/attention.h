@@ -1,6 +1,7 @@
 /*
- * What attention.c and attention_reduced.c share: the unit's shape (a tile of TILE query tokens
- * and one KV head), the softmax step, and the reduced-precision unit's entry points.
+ * What attention.c and the reduced-precision units (attention_amx.c, attention_reduced.c) share:
+ * the units' shapes, the softmax step, the values' bfloat16 staging and the reduced unit's entry
+ * points.
  */
 #ifndef TITAN_ATTENTION_H
 #define TITAN_ATTENTION_H
@@ -14,9 +15,7 @@
 #define TILE 16
 /* The reduced-precision units' tiles: keys and values are staged (rounded, laid out for the dot
  * product instructions) once per tile, for every row of it. */
-#ifndef REDUCED_TILE
 #define REDUCED_TILE 64
-#endif
 #define MAX_HEAD_DIM 256
 /* Keys per softmax step on every target: the running maximum, the rescale and the totals are
  * updated once per STEP keys, not per vector (the bookkeeping was a quarter of the time with a
@@ -81,6 +80,32 @@ static inline void reduced_write_out(const attention_args *a, const reduced_shap
             for (int64_t d = 0; d < hd; d++) o[d] = acc[row * hd + d] * inverse;
         }
 }
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#include <immintrin.h>
+
+/* Two float vectors as one vector of bfloat16 pairs, a's value in the low half of each lane:
+ * one conversion of both, then the halves interleaved. */
+static inline __m512i bf16_pairs(__m512 a, __m512 b) {
+    const __m512i interleave = _mm512_set_epi16(
+        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+static inline __m512 f16_vector(const _Float16 *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* Values of keys j and j + 1 (row1 NULL past the context: zeros) as one bfloat16 pair per dim,
+ * the layout both reduced units sum values from. */
+static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, int64_t hd,
+                                    uint32_t *out) {
+    for (int64_t d = 0; d < hd; d += 16)
+        _mm512_storeu_si512(out + d, bf16_pairs(f16_vector(row0 + d),
+                                                row1 ? f16_vector(row1 + d) : _mm512_setzero_ps()));
+}
+#endif
 
 /* attention_amx.c (AMX-BF16) or attention_reduced.c (AVX-512 VNNI and BF16): one of them
  * builds the reduced-precision unit, or neither. 1 where this build has it and the CPU lets it

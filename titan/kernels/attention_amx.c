@@ -23,8 +23,7 @@
 
 #include "attention.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-#include <immintrin.h>
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -57,7 +56,7 @@ typedef struct {
     uint32_t *pairs;  /* [padded rows][PAIRS]: the step's probabilities, bfloat16 */
     float *acc;       /* [padded rows][head_dim] */
     float *total;     /* [padded rows][KEYS] */
-    float *max, *rescale; /* [padded rows] */
+    float *max;       /* [padded rows] */
 } amx_scratch;
 
 typedef struct {
@@ -96,7 +95,6 @@ static int64_t carve(amx_scratch *w, char *base, int64_t rows, int64_t hd) {
     TAKE(acc, 4 * padded * hd);
     TAKE(total, 4 * padded * KEYS);
     TAKE(max, 4 * padded);
-    TAKE(rescale, 4 * padded);
 #undef TAKE
     return at;
 }
@@ -106,32 +104,11 @@ int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
     return carve(&w, NULL, rows, head_dim) + 64;
 }
 
-/* Two float vectors as one vector of bfloat16 pairs, a's value in the low half of each lane:
- * one conversion of both, then the halves interleaved. */
-static inline __m512i bf16_pairs(__m512 a, __m512 b) {
-    const __m512i interleave = _mm512_set_epi16(
-        31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-}
-
-static inline __m512 f16_vector(const _Float16 *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-
 /* 16 keys of a transposed cache block (dims `stride` apart) as dim pairs, keys AMX_STEP apart. */
 static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, uint32_t *k) {
     for (int64_t d = 0; d < hd; d += 2)
         _mm512_storeu_si512(k + (d / 2) * AMX_STEP, bf16_pairs(f16_vector(kb + d * stride),
                                                                 f16_vector(kb + (d + 1) * stride)));
-}
-
-/* Values of keys j and j + 1 (row1 NULL past the context: zeros) as one pair per dim. */
-static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, int64_t hd,
-                                    uint32_t *out) {
-    for (int64_t d = 0; d < hd; d += 16)
-        _mm512_storeu_si512(out + d, bf16_pairs(f16_vector(row0 + d),
-                                                row1 ? f16_vector(row1 + d) : _mm512_setzero_ps()));
 }
 
 /* The step's scores for the 16 rows from r0: queries (32 dims a tile) times 4 tiles of keys. */
@@ -212,15 +189,14 @@ static void stage_step(const attention_args *a, const int64_t *table, int64_t kh
 /* One row's softmax over the step, its probabilities as bfloat16 pairs, its sums rescaled. */
 static inline void row_softmax(const amx_scratch *w, int64_t row, int64_t visible, int64_t hd) {
     vk total = load_k(w->total + row * KEYS);
-    float p[AMX_STEP];
+    float p[AMX_STEP], factor;
     softmax_step((const vk *)(w->scores + row * AMX_STEP), AMX_VECTORS, visible, w->max + row,
-                 &total, p, w->rescale + row);
+                 &total, p, &factor);
     store_k(w->total + row * KEYS, total);
     for (int c = 0; c < AMX_STEP; c += 32)
         _mm512_storeu_si512(w->pairs + row * PAIRS + c / 2,
                             (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + c + 16),
                                                          _mm512_loadu_ps(p + c)));
-    const float factor = w->rescale[row];
     if (factor != 1.f)
         for (int64_t d = 0; d < hd; d += 16)
             _mm512_storeu_ps(w->acc + row * hd + d,

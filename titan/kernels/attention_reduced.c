@@ -25,7 +25,7 @@
 
 #include "attention.h"
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 /* attention_amx.c's unit serves: faster on every CPU that has AMX */
 #elif defined(__AVX512VNNI__) && defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -115,20 +115,6 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
             lane = _mm512_or_si512(lane, _mm512_slli_epi32(byte, 8 * i));
         }
         _mm512_storeu_si512(k + (d / 4) * STEP, lane);
-    }
-}
-
-/* Values of keys j and j + 1 (rows `row0`, `row1`; row1 NULL past the context: zeros) as one
- * bfloat16 pair per dim. */
-static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, int64_t hd,
-                                    uint32_t *out) {
-    for (int64_t d = 0; d < hd; d += 16) {
-        const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row0 + d)));
-        const __m512 b = row1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row1 + d)))
-                              : _mm512_setzero_ps();
-        const __m512i low = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
-        const __m512i high = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
-        _mm512_storeu_si512(out + d, _mm512_or_si512(low, _mm512_slli_epi32(high, 16)));
     }
 }
 

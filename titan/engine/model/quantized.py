@@ -9,6 +9,7 @@ just before a matmul, as llama.cpp does; the KV cache is float16.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -217,8 +218,8 @@ class QuantizedLlama:
 
     def move_kv(
         self,
-        source: list[int],
-        destination: list[int],
+        source: Sequence[int],
+        destination: Sequence[int],
         rotation: tuple[np.ndarray, np.ndarray] | None,
     ) -> None:
         """Every layer's KV from slots ``source`` to ``destination`` (kv_move.c); keys rotated
