@@ -121,6 +121,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
             f"| {index + 1} | {a['ttft_s']:.2f} | {_tokens(a)} | {b['ttft_s']:.2f} | {_tokens(b)} "
             f"| {theirs} |"
         )
+    lines += ["", _slowest_turns(systems)]
     if llama["conversation"]["refused"]:
         lines += ["", f"llama-server refused turn {len(llama_turns) + 1}: "
                   f"`{llama['conversation']['refused']}`."]  # fmt: skip
@@ -160,6 +161,19 @@ def _row(label: str, titan: Any, llama: Any, fmt: str) -> str:
 def _tokens(turn: dict[str, Any]) -> str:
     dropped = f", {turn['dropped_turns']} turns trimmed" if turn.get("dropped_turns") else ""
     return f"{turn['prompt_tokens']} / {turn['cached_tokens']}{dropped}"
+
+
+def _slowest_turns(systems: dict[str, Any]) -> str:
+    """The slowest turn against the first, for each server: the last turn's ratio depends on
+    where the trimming cycle stands when the conversation ends, the slowest does not."""
+    parts = []
+    for name, label in (("titan", "Titan"), ("titan-2048", "Titan at 2048"),
+                        ("llama-server", "llama-server")):  # fmt: skip
+        turns = systems[name]["conversation"]["turns"]
+        slowest = max(range(len(turns)), key=lambda index: turns[index]["ttft_s"])
+        ratio = turns[slowest]["ttft_s"] / turns[0]["ttft_s"]
+        parts.append(f"{label} {ratio:.2f}x (turn {slowest + 1})")
+    return "Slowest turn's TTFT / first turn's (not a target): " + ", ".join(parts) + "."
 
 
 def _conversation_text(results: dict[str, Any]) -> str:
