@@ -121,12 +121,16 @@ def run_quality(
     }
     progress("evaluating " + ", ".join(f"{len(p)} {name}" for name, p in sets.items()) + " pairs")
     config = CacheConfig()
-    quality = cache_quality.evaluate_sets(sets, encoder, refusal, config.threshold, png)
+    # The opt-in pair verifier, beside the defaults (a fake embedder has no token vectors).
+    verified = cache_quality.VerifiedRefusal(encoder) if isinstance(encoder, Embedder) else None
+    quality = cache_quality.evaluate_sets(
+        sets, encoder, refusal, config.threshold, png, verified=verified
+    )
     progress(f"simulating {settings.traffic_requests:,} requests x {len(settings.traffic_seeds)}")
     quality["traffic"] = cache_quality.run_traffic(
         sets, encoder, refusal, ErrorBudget, config.semantic,
         num_requests=settings.traffic_requests, seeds=settings.traffic_seeds,
-        budgets=settings.budgets, png=traffic_png,
+        budgets=settings.budgets, png=traffic_png, verified=verified,
     )  # fmt: skip
     return quality, sets["project"] + sets["heldout"]
 

@@ -318,6 +318,13 @@ class TimedEmbedder:
         finally:
             self._spent_s += time.perf_counter() - started
 
+    async def embed_tokens(self, texts: list[str]) -> Any:
+        started = time.perf_counter()
+        try:
+            return await self.inner.embed_tokens(texts)
+        finally:
+            self._spent_s += time.perf_counter() - started
+
     def take(self) -> float:
         """Seconds spent embedding since the last call."""
         spent, self._spent_s = self._spent_s, 0.0

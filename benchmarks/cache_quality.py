@@ -4,9 +4,9 @@ and the error budget on simulated traffic.
 Sets (tests/data): the project's own pairs and the calibration pairs are the *training* sets
 (the guards and the default threshold were tuned looking at them); the held-out pairs were
 written by a helper that never read ``titan/cache``, and nothing is tuned on them
-(tests/data/semantic_cache_heldout.md). The targets are judged on the held-out set, and on a
-second one written the same way later (``heldout_b``, tests/data/semantic_cache_heldout_b.md),
-which no guard or threshold has ever been evaluated against before it was added.
+(tests/data/semantic_cache_heldout.md). The targets are judged on the held-out set, and on
+sets written the same way later (``heldout_b``, ``heldout_c``; each with its .md beside it),
+which no guard or threshold had ever been evaluated against before they were added.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks import cache_eval, cache_traffic
 
 TESTS_DATA = Path(__file__).resolve().parents[1] / "tests/data"
@@ -24,8 +26,37 @@ SETS = {
     "calibration": "semantic_cache_calibration.jsonl",
     "heldout": "semantic_cache_heldout.jsonl",
     "heldout_b": "semantic_cache_heldout_b.jsonl",
+    "heldout_c": "semantic_cache_heldout_c.jsonl",
 }
 TRAINING = ("project", "calibration")
+
+
+class VerifiedRefusal:
+    """The server's verdict on a pair: the guards', then the pair verifier's
+    (titan/cache/pair_verifier.py, "verifier" when it refuses), each text embedded once."""
+
+    def __init__(self, embedder: Any):
+        self._embedder = embedder
+        self._vectors: dict[str, Any] = {}
+        self._tokens: dict[str, Any] = {}
+
+    def __call__(self, query: str, cached: str) -> str | None:
+        from titan.cache import guards, pair_verifier
+
+        asked, stored = guards.analyze(query), guards.analyze(cached)
+        reason = guards.refusal(asked, stored)
+        if reason is not None:
+            return reason
+        missing = [text for text in (query, cached) if text not in self._tokens]
+        if missing:
+            vectors = self._embedder.encode(missing)
+            self._vectors.update(zip(missing, vectors, strict=True))
+            self._tokens.update(zip(missing, self._embedder.encode_tokens(missing), strict=True))
+        cosine = float(np.dot(self._vectors[query], self._vectors[cached]))
+        values = pair_verifier.features(
+            cosine, stored, asked, self._tokens[cached], self._tokens[query]
+        )
+        return None if pair_verifier.accepts(values) else "verifier"
 
 
 def _with_kinds(result: dict[str, Any], pairs: Sequence[cache_eval.Pair]) -> dict[str, Any]:
@@ -40,10 +71,12 @@ def evaluate_sets(
     refusal: cache_eval.Refusal,
     configured_threshold: float,
     png: Path,
+    verified: Any = None,
 ) -> dict[str, Any]:
     """The held-out set's evaluation (``evaluation``: the headline and the targets), the
     training sets' together (``training``: where the threshold is chosen), and each set's
-    rates at the configured threshold (``per_set``)."""
+    rates at the configured threshold (``per_set``; with ``verified``, a VerifiedRefusal, the
+    opt-in pair verifier's too)."""
     training_pairs = [pair for name in TRAINING for pair in sets[name]]
     training = cache_eval.evaluate(
         training_pairs, encoder, refusal, configured_threshold=configured_threshold
@@ -68,6 +101,13 @@ def evaluate_sets(
             "baseline_recall": baseline["recall"],
             "baseline_false_hit_rate": baseline["false_hit_rate"],
         }
+        if verified is not None:
+            checked = cache_eval.rates(
+                pairs, sims, configured_threshold, cache_eval.refusals(pairs, verified)
+            )
+            per_set[name]["verifier"] = {
+                key: checked[key] for key in ("recall", "false_hit_rate", "false_hits")
+            }
     return {
         "evaluation": _with_kinds(heldout, sets["heldout"]),
         "training": _with_kinds(training, training_pairs),
@@ -86,6 +126,7 @@ def run_traffic(
     seeds: Sequence[int],
     budgets: Sequence[float],
     png: Path,
+    verified: Any = None,
 ) -> dict[str, Any]:
     """The error budget against fixed thresholds on traffic drawn from the project's pairs
     and the held-out ones, and at the default budget on the held-out pairs alone
@@ -109,4 +150,9 @@ def run_traffic(
     )  # fmt: skip
     heldout["sets"] = ["heldout"]
     result["heldout_only"] = heldout
+    if verified is not None:  # the same, with the opt-in pair verifier after the guards
+        result["heldout_verifier"] = cache_traffic.simulate(
+            sets["heldout"], encoder, verified, make_budget,
+            budgets=(semantic.max_error_rate,), **options,
+        )  # fmt: skip
     return result

@@ -10,6 +10,7 @@ SET_NAMES = {
     "calibration": "calibration pairs (training)",
     "heldout": "**held-out pairs**",
     "heldout_b": "**held-out pairs B**",
+    "heldout_c": "**held-out pairs C**",
 }
 
 
@@ -20,12 +21,21 @@ def _pct(value: float) -> str:
 def set_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["set", "pairs (paraphrases)", "paraphrases hit", "false-hit rate (false hits)",
               "cosine ≥ 0.8 alone: hit / false"]  # fmt: skip
-    rows = [
-        [SET_NAMES.get(name, name), f"{row['pairs']} ({row['should_hit']})", _pct(row["recall"]),
-         f"{_pct(row['false_hit_rate'])} ({row['false_hits']})",
-         f"{_pct(row['baseline_recall'])} / {_pct(row['baseline_false_hit_rate'])}"]
-        for name, row in results["per_set"].items()
-    ]  # fmt: skip
+    has_verifier = any("verifier" in row for row in results["per_set"].values())
+    if has_verifier:
+        header.append("with the pair verifier (opt-in): hit / false (false hits)")
+    rows = []
+    for name, row in results["per_set"].items():
+        cells = [
+            SET_NAMES.get(name, name), f"{row['pairs']} ({row['should_hit']})",
+            _pct(row["recall"]), f"{_pct(row['false_hit_rate'])} ({row['false_hits']})",
+            f"{_pct(row['baseline_recall'])} / {_pct(row['baseline_false_hit_rate'])}",
+        ]  # fmt: skip
+        verifier = row.get("verifier")
+        if has_verifier:
+            cells.append(f"{_pct(verifier['recall'])} / {_pct(verifier['false_hit_rate'])} "
+                         f"({verifier['false_hits']})" if verifier else "-")  # fmt: skip
+        rows.append(cells)
     return header, rows
 
 
@@ -37,7 +47,10 @@ def traffic_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     ]  # fmt: skip
     rows = []
     traffic = results["traffic"]
-    for name, result in (("project + held-out", traffic), ("held-out", traffic["heldout_only"])):
+    runs = [("project + held-out", traffic), ("held-out", traffic["heldout_only"])]
+    if "heldout_verifier" in traffic:
+        runs.append(("held-out, pair verifier on", traffic["heldout_verifier"]))
+    for name, result in runs:
         rows += _traffic_rows(name, result)
     return header, rows
 

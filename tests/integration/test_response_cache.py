@@ -140,6 +140,25 @@ def test_paraphrases_hit_by_meaning_and_guarded_near_misses_do_not():
 
 
 @pytest.mark.slow
+def test_the_pair_verifier_refuses_another_task_on_the_same_subject_and_keeps_rewordings():
+    # The guards find no changed number, negation or entity between a bedtime story and a song
+    # about the same dragon; the verifier finds "song" matched by nothing in the cached question.
+    semantic = {**FIXED, "pair_verifier": True}
+    story = "Write a bedtime story about a dragon who is afraid of the dark."
+    with running_titan(cache_config(semantic=semantic, threshold=0.85)) as titan:
+        assert ask(titan, story).headers["x-titan-cache"] == "miss"
+        time.sleep(0.3)  # the answer is stored in the background, after the response
+        reworded = ask(titan, "Write a bedtime story about a dragon who's scared of the dark.")
+        assert reworded.headers["x-titan-cache"] == "hit-semantic"
+        song = ask(titan, "Write a song about a dragon who is afraid of the dark.")
+        assert song.headers["x-titan-cache"] == "miss"
+        stats = httpx.get(
+            f"{titan}/admin/cache", headers={"Authorization": f"Bearer {MASTER}"}
+        ).json()
+        assert stats["guard_refusals"] == {"verifier": 1}
+
+
+@pytest.mark.slow
 def test_under_an_error_budget_a_near_question_is_verified_before_any_is_served():
     # The defaults: max_error_rate 0.01. A cold cache serves no semantic hit; the near question
     # runs the model, and the two answers are compared (the simulated model answers each

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from titan.cache.minilm import QuantizedMiniLM
+from titan.cache.pair_verifier import TokenVectors, token_vectors
 from titan.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class Embedder:
     """Load once (a second or two), then a few ms per sentence on CPU, run in a worker thread so
     the event loop stays free. Sentences asked for while a batch runs wait and go together in
     the next one: under load, one model call serves many lookups. ``model``: a QuantizedMiniLM
-    or a FloatMiniLM (``encode`` to unit vectors, ``token_offsets``), called on that thread."""
+    or a FloatMiniLM (``encode`` to unit vectors, ``encode_tokens`` for the pair verifier,
+    ``token_offsets``), called on that thread."""
 
     def __init__(self, model: Any, kind: str = "sentence-transformers float32"):
         self._model = model
@@ -90,6 +92,16 @@ class Embedder:
     def _encode(self, texts: list[str]) -> list[Vector]:
         return self._model.encode(texts)
 
+    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
+        """Blocking: each text's content tokens' vectors (the pair verifier's), on the
+        embedder's thread."""
+        return self._thread.submit(self._model.encode_tokens, texts).result()
+
+    async def embed_tokens(self, texts: list[str]) -> list[TokenVectors]:
+        """``encode_tokens`` for the event loop: one forward for ``texts`` together."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._model.encode_tokens, texts)
+
     async def embed(self, text: str) -> Vector:
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
         self._waiting.append((text, future))
@@ -123,6 +135,19 @@ class FloatMiniLM:
     def encode(self, texts: list[str]) -> list[Vector]:
         vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
         return [tuple(float(x) for x in vector) for vector in vectors]
+
+    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
+        table = self._model[0].auto_model.embeddings.word_embeddings.weight.detach().numpy()
+        states = self._model.encode(texts, output_value="token_embeddings")
+        out = []
+        for text, one in zip(texts, states, strict=True):
+            encoded = self._model.tokenizer(
+                text, truncation=True, max_length=self._model.max_seq_length
+            )
+            ids = encoded["input_ids"][1:-1]
+            pieces = self._model.tokenizer.convert_ids_to_tokens(ids)
+            out.append(token_vectors(pieces, one[1 : 1 + len(ids)].numpy(), table, ids))
+        return out
 
     def token_offsets(self, text: str) -> list[tuple[int, int]]:
         # No truncation: a document is far longer than the model's window; verbose=False drops

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from titan.cache.pair_verifier import TokenVectors, token_vectors
 from titan.kernels.library import CpuKernels
 from titan.kernels.packing import Q8_0, PackedWeight, pack_gguf, quantize_q8_0
 
@@ -101,19 +102,37 @@ class QuantizedMiniLM:
         import torch
 
         ids = [self._tokenizer.encode(text).ids for text in texts]
-        vectors: list[Vector] = []
         with torch.inference_mode():
-            start = 0
-            while start < len(ids):  # forwards of at most MAX_TOKENS rows (one long text alone)
-                end, rows = start, 0
-                while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
-                    rows += len(ids[end])
-                    end += 1
-                vectors += self._forward(ids[start:end], torch)
-                start = end
-        return vectors
+            return [_pooled(states) for states in self._states(ids, torch)]
 
-    def _forward(self, ids: list[list[int]], torch: Any) -> list[Vector]:
+    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
+        """Each text's content tokens' vectors (pair_verifier.py), from one forward."""
+        import torch
+
+        encodings = [self._tokenizer.encode(text) for text in texts]
+        with torch.inference_mode():
+            states = self._states([encoding.ids for encoding in encodings], torch)
+        # Without [CLS] and [SEP]: the pieces the text itself is made of.
+        return [
+            token_vectors(e.tokens[1:-1], one[1:-1].numpy(), self._embeddings["word"], e.ids[1:-1])
+            for e, one in zip(encodings, states, strict=True)
+        ]
+
+    def _states(self, ids: list[list[int]], torch: Any) -> list[Any]:
+        """Each text's last-layer states, in forwards of at most MAX_TOKENS rows (one long text
+        alone)."""
+        states: list[Any] = []
+        start = 0
+        while start < len(ids):
+            end, rows = start, 0
+            while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
+                rows += len(ids[end])
+                end += 1
+            states += self._forward(ids[start:end], torch)
+            start = end
+        return states
+
+    def _forward(self, ids: list[list[int]], torch: Any) -> list[Any]:
         functional = torch.nn.functional
         hidden, heads = self._hidden, self._heads
         lengths = [len(one) for one in ids]
@@ -133,12 +152,19 @@ class QuantizedMiniLM:
             inner = functional.gelu(self._linear(x, layer.up, torch))
             x = x + self._linear(inner, layer.down, torch)
             x = functional.layer_norm(x, (hidden,), *layer.norm2, self._eps)
-        pooled = [functional.normalize(text.mean(0), dim=0) for text in x.split(lengths)]
-        return [tuple(float(value) for value in vector) for vector in pooled]
+        return list(x.split(lengths))
 
     def _linear(self, x: Any, linear: _Linear, torch: Any) -> Any:
         rows = np.ascontiguousarray(x.numpy())
         return torch.from_numpy(self._kernels.qgemm(rows, linear.weight, linear.bias))
+
+
+def _pooled(states: Any) -> Vector:
+    """Mean pooling over the text's tokens, unit length (sentence-transformers' pipeline)."""
+    import torch
+
+    vector = torch.nn.functional.normalize(states.mean(0), dim=0)
+    return tuple(float(value) for value in vector)
 
 
 def _check_pipeline(directory: Path) -> None:

@@ -18,10 +18,11 @@ from typing import Literal
 
 import numpy as np
 
+from titan.cache import pair_verifier
 from titan.cache.answer_check import answers_agree
 from titan.cache.embedder import Embedder
 from titan.cache.error_budget import ErrorBudget
-from titan.cache.guards import refusal
+from titan.cache.guards import Analysis, analyze, refusal
 from titan.cache.index import ScopedIndex
 from titan.cache.keys import RequestKeys
 from titan.config.cache import CacheConfig
@@ -202,6 +203,7 @@ class ResponseCache:
         query = np.asarray(embedding, dtype=np.float32)
         semantic = config.semantic
         floor = config.threshold if semantic.max_error_rate is None else semantic.min_similarity
+        asked: Analysis | None = None
         for key, approximate in self.index.search(scope, query, NUM_CANDIDATES):  # type: ignore[arg-type]
             if approximate < floor - INDEX_PRECISION:
                 break  # best first: the rest are further
@@ -213,9 +215,13 @@ class ResponseCache:
             similarity = float(np.dot(query, np.frombuffer(entry.embedding, dtype=np.float32)))
             if similarity < floor:
                 continue
-            reason = refusal(
-                keys.question, entry.tags.get("question", ""), min_words=config.min_query_words
-            )  # type: ignore[arg-type]
+            asked = asked or analyze(keys.question)  # type: ignore[arg-type]
+            cached_question = entry.tags.get("question", "")
+            stored = analyze(cached_question)
+            reason = refusal(asked, stored, min_words=config.min_query_words)
+            if reason is None and semantic.pair_verifier:
+                texts = (keys.question or "", cached_question, asked, stored)
+                reason = await self._pair_verdict(texts, similarity)
             if reason is not None:
                 self.counters.guard_refusals[reason] += 1
                 continue
@@ -232,6 +238,17 @@ class ResponseCache:
                     return Verification(key, similarity, entry.value, model, decision.is_eligible)
             return CacheHit("semantic", entry.value, round(float(similarity), 4))
         return None
+
+    async def _pair_verdict(
+        self, texts: tuple[str, str, Analysis, Analysis], similarity: float
+    ) -> str | None:
+        """The pair verifier's: None, or "verifier" when it refuses (query, cached question)."""
+        question, cached_question, asked, stored = texts
+        query_tokens, cached_tokens = await self.embedder.embed_tokens(  # type: ignore[union-attr]
+            [question, cached_question]
+        )
+        values = pair_verifier.features(similarity, stored, asked, cached_tokens, query_tokens)
+        return None if pair_verifier.accepts(values) else "verifier"
 
     # ---- storing -------------------------------------------------------------------------
 

@@ -29,6 +29,11 @@ class SemanticCacheConfig(Settings):
     # Answers of sampled requests agree when their embeddings are this close (temperature 0
     # or a fixed seed: only the same text agrees).
     answer_similarity: float = Field(0.9, gt=0, le=1)
+    # The pair verifier (titan/cache/pair_verifier.py): a candidate that passes the guards is
+    # also compared with the question token by token (~5 ms more for a would-be hit). Off by
+    # default: it halves a fixed threshold's false hits, and also the error budget's hit rate
+    # (docs/caching.md).
+    pair_verifier: bool = False
 
 
 class CacheConfig(Settings):

@@ -49,6 +49,7 @@ typedef struct {
 
 int64_t panel_block_bytes(int32_t format);
 void quantize_row(const float *x, int64_t cols, int8_t *qs, float *d, float *s);
+void quantize_rows(const float *x, int64_t rows, int64_t cols, int8_t *qs, float *d, float *s);
 /* out[t][n] (+= when accumulate) = x[t] . w[n] (+ bias[n]), for rows [0, num_rows). */
 void qgemm(pool *p, const qacts *x, int64_t num_rows, const qweight *w, float *out,
            int64_t out_stride, int accumulate);

@@ -96,8 +96,8 @@ class CpuKernels:
         lib.qgemm.argtypes = [_P, ctypes.POINTER(QActs), _I64, ctypes.POINTER(QWeight), _P, _I64,
                               ctypes.c_int]  # fmt: skip
         lib.qgemm.restype = None
-        lib.quantize_row.argtypes = [_P, _I64, _P, _P, _P]
-        lib.quantize_row.restype = None
+        lib.quantize_rows.argtypes = [_P, _I64, _I64, _P, _P, _P]
+        lib.quantize_rows.restype = None
         lib.attention.argtypes = [_P, ctypes.POINTER(AttentionArgs)]
         lib.attention.restype = ctypes.c_int
         lib.attention_reduced_available.argtypes = []
@@ -138,14 +138,7 @@ class CpuKernels:
         qs = np.empty((rows, cols), dtype=np.int8)
         d = np.empty((rows, cols // 32), dtype=np.float32)
         s = np.empty_like(d)
-        # Row addresses by arithmetic: a slice's .ctypes costs more than the C call itself.
-        x_at, qs_at, d_at, s_at = (array.ctypes.data for array in (x, qs, d, s))
-        blocks = cols // 32
-        for r in range(rows):
-            self._lib.quantize_row(
-                x_at + 4 * r * cols, cols, qs_at + r * cols, d_at + 4 * r * blocks,
-                s_at + 4 * r * blocks,
-            )  # fmt: skip
+        self._lib.quantize_rows(pointer(x), rows, cols, pointer(qs), pointer(d), pointer(s))
         return qs, d, s
 
     def qgemm(self, x: np.ndarray, weight: PackedWeight, bias: np.ndarray | None = None):
