@@ -36,10 +36,15 @@ static inline __attribute__((always_inline)) void softmax_step(
         cut_scores[c] = cut(scores[c], visible - c * KEYS, -INFINITY);
         top_lanes = vmax_k(top_lanes, cut_scores[c]);
     }
-    const float step_max = max_k(top_lanes);
-    const float top = step_max > *max ? step_max : *max;
-    const float factor = top == *max ? 1.f : expf(*max - top);
-    vk sum = *total * factor;
+    /* Past the first steps the maximum seldom grows: the lanes' reduction, the exponential of
+     * the change and the rescale run only when it does (the same bits either way). */
+    float top = *max, factor = 1.f;
+    vk sum = *total;
+    if (any_above(top_lanes, top)) {
+        top = max_k(top_lanes);
+        factor = expf(*max - top);
+        sum = sum * factor;
+    }
     for (int c = 0; c < vectors; c++) {
         const vk prob = cut(exp_k(cut_scores[c] - top), visible - c * KEYS, 0.f);
         sum += prob; /* per lane; summed across lanes once, at the end */

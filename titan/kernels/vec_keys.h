@@ -96,6 +96,21 @@ static inline float max_k(vk v) {
     return v[0];
 }
 
+/* Whether any lane is greater than m (NaN is not). */
+static inline int any_above(vk v, float m) {
+#if KEYS == 16 && defined(__AVX512F__)
+    __m512 x;
+    memcpy(&x, &v, sizeof x);
+    return _mm512_cmp_ps_mask(x, _mm512_set1_ps(m), _CMP_GT_OQ) != 0;
+#elif KEYS == 8 && defined(__AVX__)
+    __m256 x;
+    memcpy(&x, &v, sizeof x);
+    return _mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_set1_ps(m), _CMP_GT_OQ)) != 0;
+#else
+    return max_k(v) > m;
+#endif
+}
+
 static inline float sum_k(vk v) {
     for (int distance = KEYS / 2; distance >= 1; distance /= 2) v = v + swap_k(v, distance);
     return v[0];
