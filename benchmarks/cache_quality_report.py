@@ -97,10 +97,28 @@ def quality_lines(results: dict[str, Any], table: Any, traffic_png_link: str) ->
         "",
         *table(*traffic_rows(results)),
         "",
+        *_loss_lines(results["traffic"]["heldout_only"]),
     ]
     if traffic_png_link:
         lines += [f"![Hit rate against realized error]({traffic_png_link})", ""]
     return lines
+
+
+def _loss_lines(result: dict[str, Any]) -> list[str]:
+    """Where the held-out traffic's paraphrase requests that were not served went, per seed."""
+    parts = []
+    for run in result["runs"]:
+        for row in run["budget"]:
+            losses = row.get("paraphrase_losses")
+            if losses:
+                causes = ", ".join(f"{cause} {_pct(share)}" for cause, share in
+                                   sorted(losses.items(), key=lambda item: -item[1]))  # fmt: skip
+                parts.append(f"seed {run['seed']}: {causes}")
+    if not parts:
+        return []
+    return ["Paraphrase requests of the held-out traffic not served, as shares of all its "
+            "paraphrase requests, by why (the candidate's state when it came): "
+            + "; ".join(parts) + ".", ""]  # fmt: skip
 
 
 def quality_targets(results: dict[str, Any], target: Any) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ tuned on the data it is judged on).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -143,12 +144,15 @@ def run_budget(
     model = budget.model("bench", floor=floor, max_error_rate=max_error_rate)
     served: list[bool] = []
     wrong = 0
+    losses: Counter[str] = Counter()  # why paraphrase requests were not served
     for query in requests:
         candidate = found[query]
         if candidate is None:
             served.append(False)
+            losses["no candidate"] += labels.get(query, False)
             continue
         key = str(candidate.entry)
+        cause = _cause(model, key, candidate, min_verifications)  # before the decision learns
         decision = budget.decide(
             model, key, candidate.similarity,
             verify_fraction=verify_fraction, min_verifications=min_verifications,
@@ -160,13 +164,33 @@ def run_budget(
             budget.record(
                 model, key, candidate.similarity, candidate.is_right, decision.is_eligible
             )
+        if decision.action != "serve" and labels.get(query, False):
+            losses[cause] += 1
     report = budget.report()["bench"]
+    paraphrases = sum(labels.get(query, False) for query in requests)
     return {
         "max_error_rate": max_error_rate,
         "final_threshold": report["threshold"],
         "verifications": report["verifications"],
+        "paraphrase_losses": {cause: n / max(1, paraphrases) for cause, n in losses.items()},
         **_tally(requests, served, wrong, labels, report["extra_model_calls"]),
     }
+
+
+def _cause(model: Any, key: str, candidate: Candidate, min_verifications: int) -> str:
+    """Why the budget would not serve this candidate, were it not served."""
+    entry = model.entries.get(key)
+    if not candidate.is_right:
+        return "nearest is another question"
+    if entry is None or entry.right < min_verifications:
+        return "entry not yet verified"
+    if candidate.similarity <= entry.failed_at:
+        return "entry failed at this similarity"
+    if model.threshold is None:
+        return "no threshold learned yet"
+    if candidate.similarity < model.threshold:
+        return "below the learned threshold"
+    return "sampled for verification"
 
 
 def best_fixed(rows: Sequence[dict[str, float]], max_error_rate: float) -> dict[str, float] | None:

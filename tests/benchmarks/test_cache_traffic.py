@@ -71,6 +71,15 @@ def test_no_fixed_threshold_keeps_within_budget_where_the_error_budget_does():
     assert learned["hit_rate"] > 0.2  # the paraphrases' entries, once verified, are served
     assert learned["paraphrase_hit_rate"] > 0.3 and learned["near_miss_hit_rate"] < 0.05
     assert learned["extra_calls_per_1000"] > 0
+    # Every paraphrase request not served has one cause, and served + causes make them all.
+    losses = learned["paraphrase_losses"]
+    assert set(losses) <= {
+        "no candidate", "nearest is another question", "entry not yet verified",
+        "entry failed at this similarity", "no threshold learned yet",
+        "below the learned threshold", "sampled for verification",
+    }  # fmt: skip
+    assert losses["entry not yet verified"] > 0 and losses["no threshold learned yet"] > 0
+    assert abs(learned["paraphrase_hit_rate"] + sum(losses.values()) - 1) < 1e-9
 
 
 def test_traffic_repeats_popular_queries():
