@@ -53,10 +53,9 @@ class VerifiedRefusal:
             self._vectors.update(zip(missing, vectors, strict=True))
             self._tokens.update(zip(missing, self._embedder.encode_tokens(missing), strict=True))
         cosine = float(np.dot(self._vectors[query], self._vectors[cached]))
-        values = pair_verifier.features(
+        return pair_verifier.refusal(
             cosine, stored, asked, self._tokens[cached], self._tokens[query]
         )
-        return None if pair_verifier.accepts(values) else "verifier"
 
 
 def _with_kinds(result: dict[str, Any], pairs: Sequence[cache_eval.Pair]) -> dict[str, Any]:

@@ -118,3 +118,15 @@ def probability(values: np.ndarray) -> float:
 
 def accepts(values: np.ndarray, threshold: float = THRESHOLD) -> bool:
     return probability(values) >= threshold
+
+
+def refusal(
+    cosine: float,
+    cached: Analysis,
+    query: Analysis,
+    cached_tokens: TokenVectors,
+    query_tokens: TokenVectors,
+) -> str | None:
+    """As the guards say it: None, or "verifier" when the verifier refuses the pair."""
+    values = features(cosine, cached, query, cached_tokens, query_tokens)
+    return None if accepts(values) else "verifier"

@@ -247,8 +247,7 @@ class ResponseCache:
         query_tokens, cached_tokens = await self.embedder.embed_tokens(  # type: ignore[union-attr]
             [question, cached_question]
         )
-        values = pair_verifier.features(similarity, stored, asked, cached_tokens, query_tokens)
-        return None if pair_verifier.accepts(values) else "verifier"
+        return pair_verifier.refusal(similarity, stored, asked, cached_tokens, query_tokens)
 
     # ---- storing -------------------------------------------------------------------------
 
