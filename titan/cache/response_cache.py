@@ -220,8 +220,9 @@ class ResponseCache:
             stored = analyze(cached_question)
             reason = refusal(asked, stored, min_words=config.min_query_words)
             if reason is None and semantic.pair_verifier:
-                texts = (keys.question or "", cached_question, asked, stored)
-                reason = await self._pair_verdict(texts, similarity)
+                reason = await self._pair_verdict(
+                    keys.question, asked, cached_question, stored, similarity=similarity
+                )  # type: ignore[arg-type]
             if reason is not None:
                 self.counters.guard_refusals[reason] += 1
                 continue
@@ -240,14 +241,11 @@ class ResponseCache:
         return None
 
     async def _pair_verdict(
-        self, texts: tuple[str, str, Analysis, Analysis], similarity: float
+        self, question: str, asked: Analysis, cached: str, stored: Analysis, *, similarity: float
     ) -> str | None:
-        """The pair verifier's: None, or "verifier" when it refuses (query, cached question)."""
-        question, cached_question, asked, stored = texts
-        query_tokens, cached_tokens = await self.embedder.embed_tokens(  # type: ignore[union-attr]
-            [question, cached_question]
-        )
-        return pair_verifier.refusal(similarity, stored, asked, cached_tokens, query_tokens)
+        """The pair verifier's: None, or "verifier" when it refuses (question, cached one)."""
+        tokens = await self.embedder.embed_tokens([question, cached])  # type: ignore[union-attr]
+        return pair_verifier.refusal(similarity, stored, asked, tokens[1], tokens[0])
 
     # ---- storing -------------------------------------------------------------------------
 
