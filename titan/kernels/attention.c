@@ -251,7 +251,7 @@ static void NAME(const attention_args *a, int64_t s, int64_t tile, int64_t kh,  
                 const int64_t row = r0 + r;                                                     \
                 vk total = load_k(w->total + row * KEYS);                                       \
                 softmax_step(sc + r * VECTORS, VECTORS, first_ctx + row / group - t0,           \
-                             w->max + row, &total, w->p + row * STEP, w->rescale + row);        \
+                             w->max + row, &total, w->p + row * STEP, w->rescale + row, 0);     \
                 store_k(w->total + row * KEYS, total);                                          \
             }                                                                                   \
         }                                                                                       \

@@ -27,9 +27,34 @@
  * probabilities into p, the running maximum and total updated, the factor for its earlier
  * output into *rescale. */
 #define MAX_VECTORS 8
+
+/* exp(x) for x <= 0 to a relative 1.0e-4 (2^f on [-0.5, 0.5] by a degree-3 polynomial, then
+ * vscalefps): for probabilities rounded to bfloat16 next (relative 2^-9), half the instructions
+ * of exp_k. Lanes of -inf come out NaN: the caller cuts them. Elsewhere exp_k. */
+static inline vk exp_coarse_k(vk x) {
+#if KEYS == 16 && defined(__AVX512F__)
+    __m512 t;
+    memcpy(&t, &x, sizeof t);
+    t = _mm512_mul_ps(t, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(5.531998351e-2f), f, _mm512_set1_ps(2.429797202e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932677627e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999017715e-1f));
+    p = _mm512_scalef_ps(p, n);
+    vk out;
+    memcpy(&out, &p, sizeof out);
+    return out;
+#else
+    return exp_k(x);
+#endif
+}
+
+/* `coarse`: the probabilities feed bfloat16 products (the reduced units), exp_coarse_k serves;
+ * else exp_k. A constant at every call. */
 static inline __attribute__((always_inline)) void softmax_step(
     const vk *scores, const int vectors, int64_t visible, float *max, vk *total, float *p,
-    float *rescale) {
+    float *rescale, const int coarse) {
     vk cut_scores[MAX_VECTORS];
     vk top_lanes = splat_k(-INFINITY);
     for (int c = 0; c < vectors; c++) {
@@ -46,7 +71,8 @@ static inline __attribute__((always_inline)) void softmax_step(
         sum = sum * factor;
     }
     for (int c = 0; c < vectors; c++) {
-        const vk prob = cut(exp_k(cut_scores[c] - top), visible - c * KEYS, 0.f);
+        const vk shifted = cut_scores[c] - top;
+        const vk prob = cut(coarse ? exp_coarse_k(shifted) : exp_k(shifted), visible - c * KEYS, 0.f);
         sum += prob; /* per lane; summed across lanes once, at the end */
         store_k(p + c * KEYS, prob);
     }

@@ -191,7 +191,7 @@ static inline void row_softmax(const amx_scratch *w, int64_t row, int64_t visibl
     vk total = load_k(w->total + row * KEYS);
     float p[AMX_STEP], factor;
     softmax_step((const vk *)(w->scores + row * AMX_STEP), AMX_VECTORS, visible, w->max + row,
-                 &total, p, &factor);
+                 &total, p, &factor, 0);
     store_k(w->total + row * KEYS, total);
     for (int c = 0; c < AMX_STEP; c += 32)
         _mm512_storeu_si512(w->pairs + row * PAIRS + c / 2,

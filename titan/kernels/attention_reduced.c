@@ -10,7 +10,8 @@
  *     instruction, four times float32's FMAs); the int32 sums are exact, then scaled back;
  *   - values: the step's probabilities and values rounded to bfloat16 and summed in float32 by
  *     vdpbf16ps (pairs of keys a lane, twice float32's FMAs);
- *   - the softmax (maximum, exp, totals) stays float32, as in attention.c.
+ *   - the softmax (maximum, exp, totals) stays float32, as in attention.c, but its exponential is
+ *     exact to 1e-4 only (exp_coarse_k): the probabilities are rounded to bfloat16 next anyway.
  * The step order is attention.c's (tiles are REDUCED_TILE queries: the staged keys serve more
  * rows), and every quantity a row uses (its own scale, a key's scale, the step's order) is fixed
  * by the row and the key alone: a row's output is still the same bits whatever else is in the
@@ -250,7 +251,7 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
                 vk total = load_k(w.total + row * KEYS);
                 float *p = w.p + row * STEP;
                 softmax_step((const vk *)(sc + r * VECTORS), VECTORS, first_ctx + row / group - t0,
-                             w.max + row, &total, p, w.rescale + row);
+                             w.max + row, &total, p, w.rescale + row, 1);
                 store_k(w.total + row * KEYS, total);
                 _mm512_storeu_si512(w.pairs + row * PAIRS, (__m512i)_mm512_cvtne2ps_pbh(
                                         _mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
