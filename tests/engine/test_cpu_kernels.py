@@ -169,12 +169,16 @@ def test_attention_over_threads_equals_one_thread(kernels):
     assert torch.allclose(many[0], expected, atol=1e-5)
 
 
-def _f16_attention(kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts):
-    """attention.c over float16 caches (the quantized model's), float32 queries and output."""
+def _f16_attention(
+    kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts, values: int = 0
+):
+    """attention.c over float16 caches (the quantized model's), float32 queries and output;
+    ``values``: how the int8 unit sums values (library.REDUCED_VALUES_*)."""
     head_dim = q.shape[-1]
     return CpuPagedAttention(kernels)(
-        q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype
-    )
+        q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype,
+        reduced_values=values,
+    )  # fmt: skip
 
 
 def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, head_dim: int):
@@ -188,8 +192,11 @@ def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, 
 
 # Relative error of a row's output against the float32 unit on _outlier_caches' keys: median and
 # worst allowed, per unit (measured: AMX median 0.5%, worst 2.9%; int8 median 3.2%, worst 27%:
-# int8's per-key scale is set by the outlier channels).
-REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, bfloat16 values": (0.05, 0.5)}
+# int8's per-key scale is set by the outlier channels; float32 values change neither).
+REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, bfloat16 values": (0.05, 0.5),
+                 "int8 scores, float32 values": (0.05, 0.5)}  # fmt: skip
+# The int8 unit's two ways of summing values, each asked for by name (the AMX unit has one)
+INT8_VALUES = {1: "int8 scores, bfloat16 values", 2: "int8 scores, float32 values"}
 
 
 # SmolLM2-135M's attention; Llama-3-style GQA with 128 dims; plain multi-head
@@ -207,28 +214,40 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
     table = torch.randperm(40, generator=generator)[None]
     q = torch.randn(150, heads, head_dim, generator=generator)
     chunk_args = (table, torch.tensor([0, 150]), torch.tensor([450]))
-    for march, library in units.items():
+    runs = [(march, library, values) for march, library in units.items()
+            for values in ([0, *INT8_VALUES] if library.reduced_attention_kind in
+                           INT8_VALUES.values() else [0])]  # fmt: skip
+    outputs = {}
+    for march, library, values in runs:
         # one chunk of 150 queries at positions 450..599, then rows of it alone and beside
         # another sequence: every row must come out the same bits
-        reduced = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, q, k_cache, v_cache,
-                                 *chunk_args)  # fmt: skip
+        def reduced_of(*args, library=library, values=values):
+            return _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, *args, values=values)
+
+        reduced = reduced_of(q, k_cache, v_cache, *chunk_args)
+        outputs[march, values] = reduced
         for row in (0, 17, 70, 149):
-            alone = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED,
-                                   q[row : row + 1].clone(), k_cache, v_cache, table,
-                                   torch.tensor([0, 1]), torch.tensor([450 + row]))  # fmt: skip
-            beside = _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED,
-                                    torch.cat([q[:40], q[row : row + 1]]), k_cache, v_cache,
-                                    torch.cat([table, table]), torch.tensor([0, 40, 41]),
-                                    torch.tensor([100, 450 + row]))  # fmt: skip
-            assert torch.equal(alone[0], reduced[row]), (march, row)
-            assert torch.equal(beside[40], reduced[row]), (march, row)
+            alone = reduced_of(q[row : row + 1].clone(), k_cache, v_cache, table,
+                               torch.tensor([0, 1]), torch.tensor([450 + row]))  # fmt: skip
+            beside = reduced_of(torch.cat([q[:40], q[row : row + 1]]), k_cache, v_cache,
+                                torch.cat([table, table]), torch.tensor([0, 40, 41]),
+                                torch.tensor([100, 450 + row]))  # fmt: skip
+            assert torch.equal(alone[0], reduced[row]), (march, values, row)
+            assert torch.equal(beside[40], reduced[row]), (march, values, row)
         # against the float32 unit: close, not equal
         exact = _f16_attention(library, ATTENTION_F32_F16_CACHE, q, k_cache, v_cache, *chunk_args)
-        assert not torch.equal(exact, reduced), march
+        assert not torch.equal(exact, reduced), (march, values)
         relative = ((reduced - exact).norm(dim=-1) / exact.norm(dim=-1)).flatten()
-        median, worst = REDUCED_ERROR[library.reduced_attention_kind]
-        assert relative.median() < median and relative.max() < worst, (march, relative.median(),
+        kind = INT8_VALUES.get(values, library.reduced_attention_kind)
+        median, worst = REDUCED_ERROR[kind]
+        assert relative.median() < median and relative.max() < worst, (march, kind,
+                                                                      relative.median(),
                                                                       relative.max())  # fmt: skip
+    for march, library, values in runs:
+        if values:  # the unit's own choice is one of the two ways, and they differ
+            assert not torch.equal(outputs[march, 1], outputs[march, 2]), march
+            same = torch.equal(outputs[march, 0], outputs[march, values])
+            assert same == (library.reduced_attention_kind == INT8_VALUES[values]), (march, values)
 
 
 def test_reduced_attention_falls_back_to_float32_where_the_cpu_lacks_it(kernels):

@@ -39,6 +39,7 @@ class CpuPagedAttention:
         first_positions: torch.Tensor,  # [S] int64
         scale: float,
         dtype: int | None = None,  # library.ATTENTION_*; default: q's (caches of the same type)
+        reduced_values: int = 0,  # library.REDUCED_VALUES_*; default: as the CPU does it fastest
     ) -> torch.Tensor:
         _, num_heads, head_dim = q.shape
         _, block_size, num_kv_heads, _ = cache_v.shape
@@ -62,6 +63,7 @@ class CpuPagedAttention:
             out_stride=width,
             scale=scale,
             dtype=_DTYPES[q.dtype] if dtype is None else dtype,
+            reduced_values=reduced_values,
         )
         self.kernels.attention(args)
         return out

@@ -8,10 +8,14 @@
  *   - scores: the query row is rounded to int8 with a scale of its own (max |q| / 127), each key
  *     to int8 with its own scale, and the dot products run on VNNI (vpdpbusd: 64 byte products a
  *     instruction, four times float32's FMAs); the int32 sums are exact, then scaled back;
- *   - values: the step's probabilities and values rounded to bfloat16 and summed in float32 by
- *     vdpbf16ps (pairs of keys a lane, twice float32's FMAs);
+ *   - values: on AMD's cores the step's probabilities and values rounded to bfloat16 and summed in
+ *     float32 by vdpbf16ps (pairs of keys a lane, twice float32's FMAs there); on Intel's, where
+ *     vdpbf16ps runs at a quarter of the FMAs' rate (measured on a Xeon, family 6 model 207: 0.5
+ *     a cycle against 2), in float32 FMAs, values converted exactly from float16
+ *     (enum reduced_values in cpu.h; the tests run both);
  *   - the softmax (maximum, exp, totals) stays float32, as in attention.c, but its exponential is
- *     exact to 1e-4 only (exp_coarse_k): the probabilities are rounded to bfloat16 next anyway.
+ *     exact to 1e-4 only (exp_coarse_k): far below the int8 scores' error, and the bfloat16
+ *     rounding of the probabilities where values are summed in bfloat16.
  * The step order is attention.c's (tiles are REDUCED_TILE queries: the staged keys serve more
  * rows), and every quantity a row uses (its own scale, a key's scale, the step's order) is fixed
  * by the row and the key alone: a row's output is still the same bits whatever else is in the
@@ -44,6 +48,7 @@ typedef struct {
     uint32_t *k;      /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
     float *k_scale;   /* [STEP] */
     uint32_t *v;      /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
+    float *vf;        /* [STEP][head_dim]: or the step's values as float32 */
     float *p;         /* [rows][STEP]: the step's probabilities */
     uint32_t *pairs;  /* [rows][PAIRS]: the same as bfloat16 pairs */
     float *acc;       /* [rows][head_dim] */
@@ -51,7 +56,17 @@ typedef struct {
     float *max, *rescale; /* [rows] */
 } reduced_scratch;
 
-const char *attention_reduced_kind(void) { return "int8 scores, bfloat16 values"; }
+/* Whether values are summed in float32 FMAs (else vdpbf16ps): see the top of this file. */
+static int values_in_float32(int32_t asked) {
+    if (asked != REDUCED_VALUES_AUTO) return asked == REDUCED_VALUES_F32;
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel");
+}
+
+const char *attention_reduced_kind(void) {
+    return values_in_float32(REDUCED_VALUES_AUTO) ? "int8 scores, float32 values"
+                                                  : "int8 scores, bfloat16 values";
+}
 
 int attention_reduced_available(void) { return 1; }
 
@@ -64,6 +79,7 @@ static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
     TAKE(k, hd * STEP);
     TAKE(k_scale, 4 * STEP);
     TAKE(v, 4 * PAIRS * hd);
+    TAKE(vf, 4 * STEP * hd);
     TAKE(p, 4 * rows * STEP);
     TAKE(pairs, 4 * rows * PAIRS);
     TAKE(acc, 4 * rows * hd);
@@ -193,6 +209,52 @@ static inline __attribute__((always_inline)) void values_rows(const reduced_scra
     for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, pairs, R, 1);
 }
 
+/* The same in float32 FMAs over the step's first `count` keys (vf, p). */
+static inline __attribute__((always_inline)) void values_f32_for(const reduced_scratch *w,
+                                                                int64_t r0, int64_t hd, int64_t d0,
+                                                                int64_t count, const int R,
+                                                                const int S) {
+    __m512 a[VALUE_ROWS][VALUE_SLICES];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++)
+            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
+                                    _mm512_set1_ps(w->rescale[r0 + r]));
+    for (int64_t j = 0; j < count; j++) {
+        __m512 value[VALUE_SLICES];
+        for (int c = 0; c < S; c++) {
+            value[c] = _mm512_loadu_ps(w->vf + j * hd + d0 + 16 * c);
+            PIN(value[c]);
+        }
+        for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_set1_ps(w->p[(r0 + r) * STEP + j]);
+            for (int c = 0; c < S; c++) a[r][c] = _mm512_fmadd_ps(value[c], p, a[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
+}
+
+static inline __attribute__((always_inline)) void values_f32_rows(const reduced_scratch *w,
+                                                                 int64_t r0, int64_t hd,
+                                                                 int64_t count, const int R) {
+    int64_t d0 = 0;
+    for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
+        values_f32_for(w, r0, hd, d0, count, R, VALUE_SLICES);
+    for (; d0 < hd; d0 += 16) values_f32_for(w, r0, hd, d0, count, R, 1);
+}
+
+static inline void values_f32_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t count,
+                                  int R) {
+    switch (R) {
+    case 1: values_f32_rows(w, r0, hd, count, 1); break;
+    case 2: values_f32_rows(w, r0, hd, count, 2); break;
+    case 3: values_f32_rows(w, r0, hd, count, 3); break;
+    case 4: values_f32_rows(w, r0, hd, count, 4); break;
+    case 5: values_f32_rows(w, r0, hd, count, 5); break;
+    default: values_f32_rows(w, r0, hd, count, VALUE_ROWS); break;
+    }
+}
+
 static inline void values_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t pairs, int R) {
     switch (R) {
     case 1: values_rows(w, r0, hd, pairs, 1); break;
@@ -213,6 +275,7 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     const reduced_shape u = reduced_shape_of(a, s, tile);
     const int64_t n = u.n, group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
+    const int f32_values = values_in_float32(a->reduced_values);
     reduced_scratch w;
     carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
     float scaled[MAX_HEAD_DIM];
@@ -234,6 +297,13 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
             stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, w.k + c * KEYS,
                        w.k_scale + c * KEYS);
             const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
+            if (f32_values) {
+                for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j++)
+                    for (int64_t d = 0; d < hd; d += 16)
+                        _mm512_storeu_ps(w.vf + j * hd + d,
+                                         f16_vector(vb + (j - c * KEYS) * kv * hd + d));
+                continue;
+            }
             for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j += 2) {
                 const int64_t at = j - c * KEYS;
                 stage_value_pair(vb + at * kv * hd, j + 1 < count ? vb + (at + 1) * kv * hd : NULL,
@@ -253,7 +323,8 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
                 softmax_step((const vk *)(sc + r * VECTORS), VECTORS, first_ctx + row / group - t0,
                              w.max + row, &total, p, w.rescale + row, 1);
                 store_k(w.total + row * KEYS, total);
-                _mm512_storeu_si512(w.pairs + row * PAIRS, (__m512i)_mm512_cvtne2ps_pbh(
+                if (!f32_values)
+                    _mm512_storeu_si512(w.pairs + row * PAIRS, (__m512i)_mm512_cvtne2ps_pbh(
                                         _mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
             }
         }
@@ -261,7 +332,10 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
         const int64_t pairs = (count + 1) / 2;
         for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {
             const int R = rows - r0 < VALUE_ROWS ? (int)(rows - r0) : VALUE_ROWS;
-            values_any(&w, r0, hd, pairs, R);
+            if (f32_values)
+                values_f32_any(&w, r0, hd, count, R);
+            else
+                values_any(&w, r0, hd, pairs, R);
         }
     }
     reduced_write_out(a, &u, tile, kh, w.acc, w.total);

@@ -69,6 +69,14 @@ enum attention_dtype {
     ATTENTION_F32_F16_CACHE_REDUCED = 3,
 };
 
+/* How attention_reduced.c's int8 unit sums values: as this CPU does it fastest (Intel's cores run
+ * vdpbf16ps at half the rate of float32 FMAs, AMD's at twice: float32 on Intel, else bfloat16),
+ * or as asked (the tests run both). The AMX unit ignores it. */
+enum reduced_values {
+    REDUCED_VALUES_AUTO = 0,
+    REDUCED_VALUES_BF16 = 1,
+    REDUCED_VALUES_F32 = 2,
+};
 typedef struct {
     const void *q;                  /* [T, heads, head_dim] */
     const void *k_cache;            /* [blocks, kv_heads, head_dim, block_size] */
@@ -81,6 +89,7 @@ typedef struct {
     int64_t q_stride, out_stride;   /* elements from one token's row to the next */
     float scale;
     int32_t dtype;                  /* enum attention_dtype */
+    int32_t reduced_values;         /* enum reduced_values: attention_reduced.c's value sums */
 } attention_args;
 
 /* 0, or -1 when the shapes are beyond the kernel, -2 when out of memory. */

@@ -32,7 +32,7 @@ class AttentionArgs(ctypes.Structure):
         ("query_starts", _P), ("first_positions", _P), ("out", _P),
         ("num_seqs", _I64), ("num_heads", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
         ("block_size", _I64), ("max_blocks", _I64), ("q_stride", _I64), ("out_stride", _I64),
-        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
+        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32), ("reduced_values", ctypes.c_int32),
     ]  # fmt: skip
 
 
@@ -74,6 +74,9 @@ ATTENTION_F32 = 0
 ATTENTION_BF16 = 1
 ATTENTION_F32_F16_CACHE = 2
 ATTENTION_F32_F16_CACHE_REDUCED = 3  # attention_amx.c or attention_reduced.c, where the CPU can
+# How attention_reduced.c sums values (cpu.h's enum reduced_values): as the CPU does it fastest,
+# or as asked
+REDUCED_VALUES_AUTO, REDUCED_VALUES_BF16, REDUCED_VALUES_F32 = 0, 1, 2
 
 
 def pointer(array: np.ndarray | None) -> int | None:
