@@ -42,7 +42,10 @@
 #define ALIGN(n) (((n) + 63) & ~(int64_t)63)
 
 typedef struct {
-    int8_t *q;        /* [rows][head_dim], scaled by the softmax scale, then rounded */
+    uint32_t *q;      /* [head_dim / 4][rows]: a row's four dims as bytes, scaled by the softmax
+                         scale, then rounded (one row's groups `rows` apart: each step of
+                         scores_for reads its rows' groups from one line) */
+    int64_t rows;
     float *q_scale;   /* [rows] */
     int32_t *q_bias;  /* [rows]: 128 * the sum of the row's int8 values */
     uint32_t *k;      /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
@@ -135,20 +138,28 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
     }
 }
 
+/* acc + the byte products of u (unsigned) and s (signed), four a lane: vpdpbusd, written out
+ * because GCC 12 copies the accumulator of _mm512_dpbusd_epi32 in and out of another register
+ * around every one (a dozen moves and spills per loop of scores_for: 3x its time). */
+static inline __m512i dot_bytes(__m512i acc, __m512i u, __m512i s) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+
 /* Scores of the step's keys for R rows from r0, in float. */
 static inline __attribute__((always_inline)) void scores_for(const reduced_scratch *w, int64_t r0,
                                                             int64_t hd, __m512 *out, const int R) {
     __m512i s[SCORE_ROWS][2];
     for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_setzero_si512();
-    for (int64_t g = 0; g < hd / 4; g++) {
-        const __m512i k0 = _mm512_loadu_si512(w->k + g * STEP);
-        const __m512i k1 = _mm512_loadu_si512(w->k + g * STEP + 16);
+    const uint32_t *q = w->q + r0;
+    const uint32_t *k = w->k;
+    for (int64_t g = 0; g < hd / 4; g++, q += w->rows, k += STEP) {
+        const __m512i k0 = _mm512_loadu_si512(k);
+        const __m512i k1 = _mm512_loadu_si512(k + 16);
         for (int r = 0; r < R; r++) {
-            int32_t four;
-            memcpy(&four, w->q + (r0 + r) * hd + 4 * g, 4);
-            const __m512i q = _mm512_set1_epi32(four);
-            s[r][0] = _mm512_dpbusd_epi32(s[r][0], k0, q);
-            s[r][1] = _mm512_dpbusd_epi32(s[r][1], k1, q);
+            const __m512i four = _mm512_set1_epi32((int32_t)q[r]);
+            s[r][0] = dot_bytes(s[r][0], k0, four);
+            s[r][1] = dot_bytes(s[r][1], k1, four);
         }
     }
     const __m512 k_scale0 = _mm512_loadu_ps(w->k_scale), k_scale1 = _mm512_loadu_ps(w->k_scale + 16);
@@ -278,13 +289,16 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     const int f32_values = values_in_float32(a->reduced_values);
     reduced_scratch w;
     carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
+    w.rows = rows;
     float scaled[MAX_HEAD_DIM];
+    int8_t row_q[MAX_HEAD_DIM];
     for (int64_t i = 0; i < n; i++)
         for (int64_t g = 0; g < group; g++) {
             const int64_t row = i * group + g;
             const float *x = q + (tile + i) * a->q_stride + (kh * group + g) * hd;
             for (int64_t d = 0; d < hd; d++) scaled[d] = x[d] * a->scale;
-            quantize_row_int8(scaled, hd, w.q + row * hd, w.q_scale + row, w.q_bias + row);
+            quantize_row_int8(scaled, hd, row_q, w.q_scale + row, w.q_bias + row);
+            for (int64_t g = 0; g < hd / 4; g++) memcpy(w.q + g * rows + row, row_q + 4 * g, 4);
             w.max[row] = -INFINITY;
             store_k(w.total + row * KEYS, splat_k(0.f));
         }
