@@ -187,7 +187,7 @@ static inline void scores_any(const reduced_scratch *w, int64_t r0, int64_t hd, 
 }
 
 /* acc = acc * rescale + the step's values weighted by its probabilities, for R rows from r0 and
- * S slices of 16 dims from d0, over the first `pairs` pairs of keys. */
+ * S slices of 16 dims from d0, over the first `pairs` pairs of keys (bfloat16). */
 static inline __attribute__((always_inline)) void values_for(const reduced_scratch *w, int64_t r0,
                                                             int64_t hd, int64_t d0, int64_t pairs,
                                                             const int R, const int S) {
@@ -210,14 +210,6 @@ static inline __attribute__((always_inline)) void values_for(const reduced_scrat
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
-}
-
-static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
-                                                             int64_t hd, int64_t pairs, const int R) {
-    int64_t d0 = 0;
-    for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
-        values_for(w, r0, hd, d0, pairs, R, VALUE_SLICES);
-    for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, pairs, R, 1);
 }
 
 /* The same in float32 FMAs over the step's first `count` keys (vf, p). */
@@ -245,35 +237,35 @@ static inline __attribute__((always_inline)) void values_f32_for(const reduced_s
         for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
 }
 
-static inline __attribute__((always_inline)) void values_f32_rows(const reduced_scratch *w,
-                                                                 int64_t r0, int64_t hd,
-                                                                 int64_t count, const int R) {
+/* acc = acc * rescale + the step's first `count` keys' values weighted by their probabilities,
+ * for R rows from r0: in float32 FMAs (f32) or vdpbf16ps over pairs of keys. */
+static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
+                                                             int64_t hd, int64_t count, const int R,
+                                                             const int f32) {
+    const int64_t pairs = (count + 1) / 2;
     int64_t d0 = 0;
     for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
-        values_f32_for(w, r0, hd, d0, count, R, VALUE_SLICES);
-    for (; d0 < hd; d0 += 16) values_f32_for(w, r0, hd, d0, count, R, 1);
+        if (f32)
+            values_f32_for(w, r0, hd, d0, count, R, VALUE_SLICES);
+        else
+            values_for(w, r0, hd, d0, pairs, R, VALUE_SLICES);
+    for (; d0 < hd; d0 += 16)
+        if (f32)
+            values_f32_for(w, r0, hd, d0, count, R, 1);
+        else
+            values_for(w, r0, hd, d0, pairs, R, 1);
 }
 
-static inline void values_f32_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t count,
-                                  int R) {
+static inline __attribute__((always_inline)) void values_any(const reduced_scratch *w, int64_t r0,
+                                                            int64_t hd, int64_t count, int R,
+                                                            const int f32) {
     switch (R) {
-    case 1: values_f32_rows(w, r0, hd, count, 1); break;
-    case 2: values_f32_rows(w, r0, hd, count, 2); break;
-    case 3: values_f32_rows(w, r0, hd, count, 3); break;
-    case 4: values_f32_rows(w, r0, hd, count, 4); break;
-    case 5: values_f32_rows(w, r0, hd, count, 5); break;
-    default: values_f32_rows(w, r0, hd, count, VALUE_ROWS); break;
-    }
-}
-
-static inline void values_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t pairs, int R) {
-    switch (R) {
-    case 1: values_rows(w, r0, hd, pairs, 1); break;
-    case 2: values_rows(w, r0, hd, pairs, 2); break;
-    case 3: values_rows(w, r0, hd, pairs, 3); break;
-    case 4: values_rows(w, r0, hd, pairs, 4); break;
-    case 5: values_rows(w, r0, hd, pairs, 5); break;
-    default: values_rows(w, r0, hd, pairs, VALUE_ROWS); break;
+    case 1: values_rows(w, r0, hd, count, 1, f32); break;
+    case 2: values_rows(w, r0, hd, count, 2, f32); break;
+    case 3: values_rows(w, r0, hd, count, 3, f32); break;
+    case 4: values_rows(w, r0, hd, count, 4, f32); break;
+    case 5: values_rows(w, r0, hd, count, 5, f32); break;
+    default: values_rows(w, r0, hd, count, VALUE_ROWS, f32); break;
     }
 }
 
@@ -343,13 +335,12 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
             }
         }
         /* a row's probabilities past its own context are zero: one count for every row */
-        const int64_t pairs = (count + 1) / 2;
         for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {
             const int R = rows - r0 < VALUE_ROWS ? (int)(rows - r0) : VALUE_ROWS;
             if (f32_values)
-                values_f32_any(&w, r0, hd, count, R);
+                values_any(&w, r0, hd, count, R, 1);
             else
-                values_any(&w, r0, hd, pairs, R);
+                values_any(&w, r0, hd, count, R, 0);
         }
     }
     reduced_write_out(a, &u, tile, kh, w.acc, w.total);
