@@ -179,6 +179,11 @@ def run(settings: Settings, progress: Callable[[str], None]) -> dict[str, Any]:
     return {"paths": paths, "long_context": long_context.__dict__}
 
 
+def _machine(meta: dict[str, Any]) -> str:
+    machine = meta.get("machine", {})
+    return f"{machine.get('cpu_model', 'an unknown CPU')}, {machine.get('num_cores', '?')} cores"
+
+
 def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
     meta, paths = results["meta"], results["paths"]
     float_perplexity = next(iter(paths.values()))["float_perplexity"]
@@ -187,7 +192,8 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "## Quality of the quantized path (`python -m benchmarks quality`)",
         "",
         *quick_note(meta),
-        f"Measured {meta['started_at']} with `{meta['command']}`. Every path runs the same "
+        f"Measured {meta['started_at']} with `{meta['command']}` on {_machine(meta)}. Every "
+        "path runs the same "
         "weights: SmolLM2-135M-Instruct's Q4_1 file, whose blocks the float path dequantizes to "
         f"float32. {meta['settings']['num_prompts']} chat prompts, {NEW_TOKENS} greedy tokens "
         "each, compared with the float path's answers; perplexity teacher-forced on "

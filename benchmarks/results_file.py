@@ -68,13 +68,26 @@ def default_command() -> str:
 
 
 def _cpu_model() -> str:
+    """The model name, with x86's family and model numbers (a VM's name can be as bare as
+    "Intel(R) Xeon(R) Processor")."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in _first_cpu_lines())
+        )
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        fields = {}
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
+
+
+def _first_cpu_lines() -> list[str]:
+    text = Path("/proc/cpuinfo").read_text()
+    return text.split("\n\n", 1)[0].splitlines()
 
 
 def machine_info(load_average_before: float) -> dict[str, Any]:
