@@ -29,8 +29,9 @@
 #define MAX_VECTORS 8
 
 /* exp(x) for x <= 0 to a relative 1.0e-4 (2^f on [-0.5, 0.5] by a degree-3 polynomial, then
- * vscalefps): for probabilities rounded to bfloat16 next (relative 2^-9), half the instructions
- * of exp_k. Lanes of -inf come out NaN: the caller cuts them. Elsewhere exp_k. */
+ * vscalefps), half the instructions of exp_k: for the reduced units, whose int8 scores (and
+ * bfloat16 probabilities, relative 2^-9) err far more. Lanes of -inf come out NaN: the caller
+ * cuts them. Without AVX-512, exp_k. */
 static inline vk exp_coarse_k(vk x) {
 #if KEYS == 16 && defined(__AVX512F__)
     __m512 t;
@@ -50,8 +51,7 @@ static inline vk exp_coarse_k(vk x) {
 #endif
 }
 
-/* `coarse`: the probabilities feed bfloat16 products (the reduced units), exp_coarse_k serves;
- * else exp_k. A constant at every call. */
+/* `coarse`: exp_coarse_k (the reduced units), else exp_k. A constant at every call. */
 static inline __attribute__((always_inline)) void softmax_step(
     const vk *scores, const int vectors, int64_t visible, float *max, vk *total, float *p,
     float *rescale, const int coarse) {
