@@ -28,8 +28,12 @@ def test_reduced_attention_keeps_float32_attentions_quality_over_a_long_context(
     measured = attention_quality.measure(1500)
     if measured.kind == "float32":
         pytest.skip("this CPU has no reduced-precision attention unit: both runs are float32")
+    # A span's perplexity is a mean over its ~500-1,000 positions: one standard error of the
+    # change is ~0.45% there (paired per position), so this bound catches a broken unit, not
+    # rounding (the int8 unit's two ways of summing values measured +0.3% and +1.0% on 0-512).
     for span, (exact, reduced) in measured.perplexity.items():
-        assert abs(reduced / exact - 1) < 0.01, (span, measured)
-    # Measured on the whole text with AMX tiles: 97% agreement, mean KL 0.003 nats.
+        assert abs(reduced / exact - 1) < 0.02, (span, measured)
+    # The finer measures, per position. Measured: AMX tiles 97% agreement, mean KL 0.0024 nats
+    # (the whole text); the int8 unit with float32 values 96.5%, 0.0035 (these 1,500 tokens).
     assert measured.top1_agreement >= 0.9, measured
-    assert measured.mean_kl < 0.02, measured
+    assert measured.mean_kl < 0.01, measured
