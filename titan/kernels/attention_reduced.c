@@ -186,74 +186,49 @@ static inline void scores_any(const reduced_scratch *w, int64_t r0, int64_t hd, 
     }
 }
 
-/* acc = acc * rescale + the step's values weighted by its probabilities, for R rows from r0 and
- * S slices of 16 dims from d0, over the first `pairs` pairs of keys (bfloat16). */
-static inline __attribute__((always_inline)) void values_for(const reduced_scratch *w, int64_t r0,
-                                                            int64_t hd, int64_t d0, int64_t pairs,
-                                                            const int R, const int S) {
-    __m512 a[VALUE_ROWS][VALUE_SLICES];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++)
-            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
-                                    _mm512_set1_ps(w->rescale[r0 + r]));
-    for (int64_t j = 0; j < pairs; j++) {
-        __m512 value[VALUE_SLICES];
-        for (int c = 0; c < S; c++) {
-            value[c] = _mm512_castsi512_ps(_mm512_loadu_si512(w->v + j * hd + d0 + 16 * c));
-            PIN(value[c]);
-        }
-        for (int r = 0; r < R; r++) {
-            const __m512 p = _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)w->pairs[(r0 + r) * PAIRS + j]));
-            for (int c = 0; c < S; c++)
-                a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)value[c], (__m512bh)p);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
-}
-
-/* The same in float32 FMAs over the step's first `count` keys (vf, p). */
-static inline __attribute__((always_inline)) void values_f32_for(const reduced_scratch *w,
-                                                                int64_t r0, int64_t hd, int64_t d0,
-                                                                int64_t count, const int R,
-                                                                const int S) {
-    __m512 a[VALUE_ROWS][VALUE_SLICES];
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++)
-            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
-                                    _mm512_set1_ps(w->rescale[r0 + r]));
-    for (int64_t j = 0; j < count; j++) {
-        __m512 value[VALUE_SLICES];
-        for (int c = 0; c < S; c++) {
-            value[c] = _mm512_loadu_ps(w->vf + j * hd + d0 + 16 * c);
-            PIN(value[c]);
-        }
-        for (int r = 0; r < R; r++) {
-            const __m512 p = _mm512_set1_ps(w->p[(r0 + r) * STEP + j]);
-            for (int c = 0; c < S; c++) a[r][c] = _mm512_fmadd_ps(value[c], p, a[r][c]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
-}
-
 /* acc = acc * rescale + the step's first `count` keys' values weighted by their probabilities,
- * for R rows from r0: in float32 FMAs (f32) or vdpbf16ps over pairs of keys. */
+ * for R rows from r0 and S slices of 16 dims from d0: in float32 FMAs (f32: vf, p) or by
+ * vdpbf16ps over pairs of keys (v, pairs). */
+static inline __attribute__((always_inline)) void values_for(const reduced_scratch *w, int64_t r0,
+                                                            int64_t hd, int64_t d0, int64_t count,
+                                                            const int R, const int S,
+                                                            const int f32) {
+    __m512 a[VALUE_ROWS][VALUE_SLICES];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++)
+            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
+                                    _mm512_set1_ps(w->rescale[r0 + r]));
+    const int64_t n = f32 ? count : (count + 1) / 2;
+    for (int64_t j = 0; j < n; j++) {
+        __m512 value[VALUE_SLICES];
+        for (int c = 0; c < S; c++) {
+            value[c] = f32 ? _mm512_loadu_ps(w->vf + j * hd + d0 + 16 * c)
+                           : _mm512_castsi512_ps(_mm512_loadu_si512(w->v + j * hd + d0 + 16 * c));
+            PIN(value[c]);
+        }
+        for (int r = 0; r < R; r++) {
+            if (f32) {
+                const __m512 p = _mm512_set1_ps(w->p[(r0 + r) * STEP + j]);
+                for (int c = 0; c < S; c++) a[r][c] = _mm512_fmadd_ps(value[c], p, a[r][c]);
+            } else {
+                const __m512 p = _mm512_castsi512_ps(
+                    _mm512_set1_epi32((int32_t)w->pairs[(r0 + r) * PAIRS + j]));
+                for (int c = 0; c < S; c++)
+                    a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)value[c], (__m512bh)p);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
+}
+
 static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
                                                              int64_t hd, int64_t count, const int R,
                                                              const int f32) {
-    const int64_t pairs = (count + 1) / 2;
     int64_t d0 = 0;
     for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
-        if (f32)
-            values_f32_for(w, r0, hd, d0, count, R, VALUE_SLICES);
-        else
-            values_for(w, r0, hd, d0, pairs, R, VALUE_SLICES);
-    for (; d0 < hd; d0 += 16)
-        if (f32)
-            values_f32_for(w, r0, hd, d0, count, R, 1);
-        else
-            values_for(w, r0, hd, d0, pairs, R, 1);
+        values_for(w, r0, hd, d0, count, R, VALUE_SLICES, f32);
+    for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, count, R, 1, f32);
 }
 
 static inline __attribute__((always_inline)) void values_any(const reduced_scratch *w, int64_t r0,
