@@ -37,9 +37,26 @@ typedef int32_t vki __attribute__((vector_size(4 * KEYS)));
 static inline vk load_k(const float *p) { return *(const vku *)p; }
 static inline void store_k(float *p, vk v) { *(vku *)p = v; }
 static inline vk splat_k(float value) { return (vk){0} + value; }
+/* a > b ? a : b per lane: exactly what vmaxps computes (b when either is NaN or both are zeros),
+ * so the x86 builds use it (one instruction; GCC does not find it in the masks) and the others
+ * the masks. */
 static inline vk vmax_k(vk a, vk b) {
+#if KEYS == 16 && defined(__AVX512F__)
+    __m512 x, y;
+    memcpy(&x, &a, sizeof x), memcpy(&y, &b, sizeof y);
+    x = _mm512_max_ps(x, y);
+    memcpy(&a, &x, sizeof a);
+    return a;
+#elif KEYS == 8 && defined(__AVX__)
+    __m256 x, y;
+    memcpy(&x, &a, sizeof x), memcpy(&y, &b, sizeof y);
+    x = _mm256_max_ps(x, y);
+    memcpy(&a, &x, sizeof a);
+    return a;
+#else
     const vki take_a = a > b;
     return (vk)(((vki)a & take_a) | ((vki)b & ~take_a));
+#endif
 }
 
 /* KEYS 16-bit values as floats (exact conversions): one vcvtph2ps (F16C, AVX-512) or NEON vcvt
