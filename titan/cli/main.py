@@ -258,7 +258,7 @@ def serve(
         str | None,
         typer.Option(
             help="auto (the quantized path's attention in reduced precision where the CPU has "
-            "a unit for it: bfloat16 tiles with AMX, int8 and bfloat16 with AVX-512 VNNI and BF16; "
+            "a unit for it: bfloat16 tiles with AMX, int8 scores with AVX-512 VNNI and BF16; "
             "float32 elsewhere) or float32 (float32 everywhere)."
         ),
     ] = None,
