@@ -265,7 +265,8 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
             const float *x = q + (tile + i) * a->q_stride + (kh * group + g) * hd;
             for (int64_t d = 0; d < hd; d++) scaled[d] = x[d] * a->scale;
             quantize_row_int8(scaled, hd, row_q, w.q_scale + row, w.q_bias + row);
-            for (int64_t g = 0; g < hd / 4; g++) memcpy(w.q + g * rows + row, row_q + 4 * g, 4);
+            for (int64_t four = 0; four < hd / 4; four++)
+                memcpy(w.q + four * rows + row, row_q + 4 * four, 4);
             w.max[row] = -INFINITY;
             store_k(w.total + row * KEYS, splat_k(0.f));
         }
@@ -312,7 +313,7 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
         /* a row's probabilities past its own context are zero: one count for every row */
         for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {
             const int R = rows - r0 < VALUE_ROWS ? (int)(rows - r0) : VALUE_ROWS;
-            if (f32_values)
+            if (f32_values) /* a constant in each call: the two ways are compiled apart */
                 values_any(&w, r0, hd, count, R, 1);
             else
                 values_any(&w, r0, hd, count, R, 0);

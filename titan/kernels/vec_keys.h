@@ -42,17 +42,9 @@ static inline vk splat_k(float value) { return (vk){0} + value; }
  * the masks. */
 static inline vk vmax_k(vk a, vk b) {
 #if KEYS == 16 && defined(__AVX512F__)
-    __m512 x, y;
-    memcpy(&x, &a, sizeof x), memcpy(&y, &b, sizeof y);
-    x = _mm512_max_ps(x, y);
-    memcpy(&a, &x, sizeof a);
-    return a;
+    return (vk)_mm512_max_ps((__m512)a, (__m512)b);
 #elif KEYS == 8 && defined(__AVX__)
-    __m256 x, y;
-    memcpy(&x, &a, sizeof x), memcpy(&y, &b, sizeof y);
-    x = _mm256_max_ps(x, y);
-    memcpy(&a, &x, sizeof a);
-    return a;
+    return (vk)_mm256_max_ps((__m256)a, (__m256)b);
 #else
     const vki take_a = a > b;
     return (vk)(((vki)a & take_a) | ((vki)b & ~take_a));
