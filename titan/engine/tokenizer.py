@@ -11,6 +11,7 @@ from typing import Any
 from tokenizers import Tokenizer as HFTokenizer
 
 from titan.engine.chat_template import CHATML_TEMPLATE, ChatTemplate
+from titan.engine.segment_cache import SegmentCache
 from titan.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,11 @@ class Tokenizer:
         decoder = json.loads(self._tokenizer.to_str()).get("decoder") or {}
         self._is_byte_level = _is_byte_level(decoder)
         self._byte_decoder = _byte_level_decoder() if self._is_byte_level else {}
+        self._segments = SegmentCache.for_tokenizer(self._tokenizer)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        if not add_special_tokens and self._segments is not None:
+            return self._segments.encode(text)
         ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
         wants_bos = add_special_tokens and self.add_bos_token and self.bos_token_id is not None
         if wants_bos and (not ids or ids[0] != self.bos_token_id):

@@ -48,10 +48,12 @@ typedef struct {
     int64_t rows;
     float *q_scale;   /* [rows] */
     int32_t *q_bias;  /* [rows]: 128 * the sum of the row's int8 values */
-    uint32_t *k;      /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
-    float *k_scale;   /* [STEP] */
-    uint32_t *v;      /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
-    float *vf;        /* [STEP][head_dim]: or the step's values as float32 */
+    /* the step's keys and values, staged (stage_step) in `own` or once per call (attention.c) */
+    const uint32_t *k;    /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
+    const float *k_scale; /* [STEP] */
+    const uint32_t *v;    /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
+    const float *vf;      /* [STEP][head_dim]: or the step's values as float32 */
+    void *own;            /* step_bytes(head_dim, 1) */
     float *p;         /* [rows][STEP]: the step's probabilities */
     uint32_t *pairs;  /* [rows][PAIRS]: the same as bfloat16 pairs */
     float *acc;       /* [rows][head_dim] */
@@ -73,16 +75,25 @@ const char *attention_reduced_kind(void) {
 
 int attention_reduced_available(void) { return 1; }
 
+/* A staged step's bytes: keys, their scales, then values as pairs or (f32) as float32. */
+static int64_t step_bytes(int64_t hd, int f32) {
+    return ALIGN(hd * STEP) + ALIGN(4 * STEP) + 4 * (f32 ? STEP : PAIRS) * hd;
+}
+
+static void point_at_step(reduced_scratch *w, const char *step, int64_t hd) {
+    w->k = (const uint32_t *)step;
+    w->k_scale = (const float *)(step + ALIGN(hd * STEP));
+    w->v = (const uint32_t *)(step + ALIGN(hd * STEP) + ALIGN(4 * STEP));
+    w->vf = (const float *)w->v; /* one or the other, as the unit sums values */
+}
+
 static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
     int64_t at = 0;
 #define TAKE(field, bytes) (w->field = (void *)(base + at), at += ALIGN(bytes))
     TAKE(q, rows * hd);
     TAKE(q_scale, 4 * rows);
     TAKE(q_bias, 4 * rows);
-    TAKE(k, hd * STEP);
-    TAKE(k_scale, 4 * STEP);
-    TAKE(v, 4 * PAIRS * hd);
-    TAKE(vf, 4 * STEP * hd);
+    TAKE(own, step_bytes(hd, 1));
     TAKE(p, 4 * rows * STEP);
     TAKE(pairs, 4 * rows * PAIRS);
     TAKE(acc, 4 * rows * hd);
@@ -136,6 +147,49 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
         }
         _mm512_storeu_si512(k + (d / 4) * STEP, lane);
     }
+}
+
+/* Keys [t0, t0 + count) of sequence s's KV head kh staged as the unit reads them (point_at_step's
+ * layout, from `step`): keys as bytes, values as bfloat16 pairs or (f32) float32. */
+static void stage_step(const attention_args *a, int64_t s, int64_t kh, int64_t t0, int64_t count,
+                       int f32, char *step) {
+    const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
+    const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
+    const int64_t *table = a->block_tables + s * a->max_blocks;
+    uint32_t *k = (uint32_t *)step;
+    float *k_scale = (float *)(step + ALIGN(hd * STEP));
+    char *values = step + ALIGN(hd * STEP) + ALIGN(4 * STEP);
+    for (int c = 0; c < VECTORS; c++) { /* a vector never crosses a cache block */
+        const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
+        const int64_t block = table[t / bs], offset = t % bs;
+        stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, k + c * KEYS,
+                   k_scale + c * KEYS);
+        const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
+        if (f32) {
+            float *vf = (float *)values;
+            for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j++)
+                for (int64_t d = 0; d < hd; d += 16)
+                    _mm512_storeu_ps(vf + j * hd + d, f16_vector(vb + (j - c * KEYS) * kv * hd + d));
+            continue;
+        }
+        for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j += 2) {
+            const int64_t at = j - c * KEYS;
+            stage_value_pair(vb + at * kv * hd, j + 1 < count ? vb + (at + 1) * kv * hd : NULL, hd,
+                             (uint32_t *)values + (j / 2) * hd);
+        }
+    }
+}
+
+int64_t attention_reduced_step_bytes(const attention_args *a) {
+    return step_bytes(a->head_dim, values_in_float32(a->reduced_values));
+}
+
+void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
+                             int64_t last, void *staged) {
+    const int f32 = values_in_float32(a->reduced_values);
+    const int64_t bytes = step_bytes(a->head_dim, f32);
+    for (int64_t i = first; i < last; i++)
+        stage_step(a, s, kh, i * STEP, STEP, f32, (char *)staged + i * bytes);
 }
 
 /* acc + the byte products of u (unsigned) and s (signed), four a lane: vpdpbusd, written out
@@ -245,11 +299,9 @@ static inline __attribute__((always_inline)) void values_any(const reduced_scrat
 }
 
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            void *memory) {
+                            const void *staged, void *memory) {
     const float *q = a->q;
-    const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
-    const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
-    const int64_t *table = a->block_tables + s * a->max_blocks;
+    const int64_t hd = a->head_dim;
     const reduced_shape u = reduced_shape_of(a, s, tile);
     const int64_t n = u.n, group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
@@ -273,24 +325,13 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     memset(w.acc, 0, sizeof(float) * (size_t)(rows * hd));
     for (int64_t t0 = 0; t0 < last_ctx; t0 += STEP) {
         const int64_t count = last_ctx - t0 < STEP ? last_ctx - t0 : STEP;
-        for (int c = 0; c < VECTORS; c++) { /* a vector never crosses a cache block */
-            const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
-            const int64_t block = table[t / bs], offset = t % bs;
-            stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, w.k + c * KEYS,
-                       w.k_scale + c * KEYS);
-            const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
-            if (f32_values) {
-                for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j++)
-                    for (int64_t d = 0; d < hd; d += 16)
-                        _mm512_storeu_ps(w.vf + j * hd + d,
-                                         f16_vector(vb + (j - c * KEYS) * kv * hd + d));
-                continue;
-            }
-            for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j += 2) {
-                const int64_t at = j - c * KEYS;
-                stage_value_pair(vb + at * kv * hd, j + 1 < count ? vb + (at + 1) * kv * hd : NULL,
-                                 hd, w.v + (j / 2) * hd);
-            }
+        /* a whole step is the same bytes staged here or once for all the sequence's tiles; a
+         * tile's last, partial step is staged here (its value pairs end in zeros at count) */
+        if (staged != NULL && count == STEP) {
+            point_at_step(&w, (const char *)staged + (t0 / STEP) * step_bytes(hd, f32_values), hd);
+        } else {
+            stage_step(a, s, kh, t0, count, f32_values, w.own);
+            point_at_step(&w, w.own, hd);
         }
         /* rows of queries that see none of these keys skip the step */
         const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;
@@ -330,9 +371,17 @@ int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
     (void)rows, (void)head_dim;
     return 0;
 }
+int64_t attention_reduced_step_bytes(const attention_args *a) {
+    (void)a;
+    return 0;
+}
+void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
+                             int64_t last, void *staged) {
+    (void)a, (void)s, (void)kh, (void)first, (void)last, (void)staged;
+}
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            void *memory) {
-    (void)a, (void)s, (void)tile, (void)kh, (void)memory;
+                            const void *staged, void *memory) {
+    (void)a, (void)s, (void)tile, (void)kh, (void)staged, (void)memory;
 }
 
 #endif
