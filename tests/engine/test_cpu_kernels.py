@@ -14,7 +14,7 @@ import torch
 from titan.engine.cpu_attention import CpuPagedAttention
 from titan.kernels import packing
 from titan.kernels.build import build_library
-from titan.kernels.library import CpuKernels
+from titan.kernels.library import CpuKernels, key_codes_shape
 
 # Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
 # test` only, not `make check`.
@@ -170,14 +170,16 @@ def test_attention_over_threads_equals_one_thread(kernels):
 
 
 def _f16_attention(
-    kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts, values: int = 0
-):
+    kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts, values: int = 0,
+    codes=None,
+):  # fmt: skip
     """attention.c over float16 caches (the quantized model's), float32 queries and output;
-    ``values``: how the int8 unit sums values (library.REDUCED_VALUES_*)."""
+    ``values``: how the int8 unit sums values (library.REDUCED_VALUES_*); ``codes``: the K
+    cache's key codes for the int8 unit to read."""
     head_dim = q.shape[-1]
     return CpuPagedAttention(kernels)(
         q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype,
-        reduced_values=values,
+        reduced_values=values, key_codes=codes,
     )  # fmt: skip
 
 
@@ -220,18 +222,24 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
     outputs = {}
     for march, library, values in runs:
         # one chunk of 150 queries at positions 450..599, then rows of it alone and beside
-        # another sequence: every row must come out the same bits
-        def reduced_of(*args, library=library, values=values):
-            return _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, *args, values=values)
+        # another sequence: every row must come out the same bits, and the same again where the
+        # int8 unit reads the cache's key codes instead of rounding keys itself
+        codes = torch.empty(key_codes_shape(*k_cache.shape), dtype=torch.int32)
+        library.key_codes(k_cache.numpy(), codes.numpy())
+
+        def reduced_of(*args, library=library, values=values, codes=None):
+            return _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, *args, values=values,
+                                  codes=codes)  # fmt: skip
 
         reduced = reduced_of(q, k_cache, v_cache, *chunk_args)
         outputs[march, values] = reduced
+        assert torch.equal(reduced_of(q, k_cache, v_cache, *chunk_args, codes=codes), reduced)
         for row in (0, 17, 70, 149):
             alone = reduced_of(q[row : row + 1].clone(), k_cache, v_cache, table,
                                torch.tensor([0, 1]), torch.tensor([450 + row]))  # fmt: skip
             beside = reduced_of(torch.cat([q[:40], q[row : row + 1]]), k_cache, v_cache,
                                 torch.cat([table, table]), torch.tensor([0, 40, 41]),
-                                torch.tensor([100, 450 + row]))  # fmt: skip
+                                torch.tensor([100, 450 + row]), codes=codes)  # fmt: skip
             assert torch.equal(alone[0], reduced[row]), (march, values, row)
             assert torch.equal(beside[40], reduced[row]), (march, values, row)
         # against the float32 unit: close, not equal
@@ -248,6 +256,29 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
             assert not torch.equal(outputs[march, 1], outputs[march, 2]), march
             same = torch.equal(outputs[march, 0], outputs[march, values])
             assert same == (library.reduced_attention_kind == INT8_VALUES[values]), (march, values)
+
+
+def test_key_codes_are_the_same_on_every_path(kernels):
+    """The int8 unit's key codes (key_codes.h: AVX-512 where the unit runs, plain C elsewhere)
+    round every key alike; ties (x.5) round to even, the instruction's way."""
+    generator = torch.Generator().manual_seed(5)
+    k_cache, _ = _outlier_caches(generator, 6, 3, 64)
+    k_cache[0, 0, :, 0] = torch.arange(64) - 31.5  # x * 127 / 32 lands on halves
+    k_cache[1, 1, :, 3] = 0  # a zero key: scale 0, every byte 128
+    codes = {}
+    for march, library in kernels.items():
+        codes[march] = torch.empty(key_codes_shape(*k_cache.shape), dtype=torch.int32)
+        library.key_codes(k_cache.numpy(), codes[march].numpy())
+    reference = next(iter(codes.values()))
+    for march, got in codes.items():
+        assert torch.equal(got, reference), march
+    assert (reference[1, 1, :-1, 3] == 0x80808080 - 2**32).all() and reference[1, 1, -1, 3] == 0
+    keys = k_cache.float().permute(0, 1, 3, 2)  # [blocks, heads, keys, dims]
+    scale = keys.abs().amax(-1, keepdim=True) / 127
+    expected = torch.round(keys / torch.where(scale > 0, scale, 1)).to(torch.int32) + 128
+    lanes = reference[:, :, :-1].permute(0, 1, 3, 2)  # [blocks, heads, keys, dims / 4]
+    unpacked = torch.stack([(lanes >> 8 * i) & 255 for i in range(4)], dim=-1).flatten(-2)
+    assert (unpacked - expected).abs().max() <= 1  # float rounding of x * (127 / max) only
 
 
 def test_reduced_attention_falls_back_to_float32_where_the_cpu_lacks_it(kernels):

@@ -49,6 +49,7 @@ class BuiltModel:
     attention: CpuPagedAttention | None  # the torch path's attention kernel
     kernels: CpuKernels | None
     description: str  # "Q4_1 blocks, avx512-vnni kernels, 2 threads"
+    key_code_bytes: int = 0  # beside the KV cache, per token, KV head and layer
 
     def close(self) -> None:
         if self.kernels is not None:
@@ -84,6 +85,7 @@ def build_engine(config: EngineConfig) -> BuiltEngine:
         head_dim=model_config.head_dim,
         block_size=config.block_size,
         dtype=model.kv_dtype,
+        key_code_bytes=model.key_code_bytes,
     )
     num_blocks = config.num_kv_blocks or max(2, config.kv_cache_bytes // spec.bytes_per_block)
     capacity = num_blocks * config.block_size
@@ -137,7 +139,7 @@ def build_model(
                 f"{weights.formats()} weights ({weights.num_bytes / 2**20:.0f} MiB), "
                 f"{kernels.isa} kernels, {kernels.num_threads} threads, attention {attention}"
             )
-            return BuiltModel(model, KV_DTYPE, None, kernels, description)
+            return BuiltModel(model, KV_DTYPE, None, kernels, description, model.key_code_bytes)
         if config.quantization != "auto":
             raise ConfigError(f"quantization {config.quantization!r} is not possible: {why_not}")
         log.info("quantized weights off (%s): the torch path serves", why_not)

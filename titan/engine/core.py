@@ -233,7 +233,7 @@ class EngineCore:
     def step(self) -> list[CoreOutput]:
         schedule = self.scheduler.schedule()
         self._stats.num_preemptions = self.scheduler.num_preemptions
-        self._copy_blocks(schedule.block_copies)
+        self.runner.copy_blocks(schedule.block_copies)
         if schedule.kv_moves:
             self.runner.move_kv(schedule.kv_moves)
             self.kv.release_moved(schedule.kv_moves)
@@ -302,13 +302,6 @@ class EngineCore:
             self._sequences.pop(request.request_id)
             self._stats.num_requests_finished += 1
         return CoreOutput.of(request, token, is_stop_token)
-
-    def _copy_blocks(self, copies: list[tuple[int, int]]) -> None:
-        """Copy-on-write of forked sequences, in order, before the forward pass writes."""
-        for source, destination in copies:
-            for key_cache, value_cache in self.runner.kv_caches:
-                key_cache[destination].copy_(key_cache[source])
-                value_cache[destination].copy_(value_cache[source])
 
     @functools.cached_property
     def closer(self) -> GrammarCloser:

@@ -36,11 +36,13 @@ class KVCacheSpec:
     head_dim: int
     block_size: int
     dtype: torch.dtype
+    key_code_bytes: int = 0  # the int8 unit's key codes per token, KV head and layer (0: none)
 
     @property
     def bytes_per_block(self) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.block_size * self.num_kv_heads * self.head_dim * element
+        per_head = 2 * self.head_dim * element + self.key_code_bytes
+        return self.num_layers * self.block_size * self.num_kv_heads * per_head
 
 
 class ModelRunner:
@@ -75,6 +77,16 @@ class ModelRunner:
         ]
         if isinstance(model, QuantizedLlama):
             model.bind_cache(self.kv_caches)
+
+    @torch.inference_mode()
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write of forked sequences, in order, before the forward pass writes."""
+        for source, destination in copies:
+            for key_cache, value_cache in self.kv_caches:
+                key_cache[destination].copy_(key_cache[source])
+                value_cache[destination].copy_(value_cache[source])
+        if isinstance(self.model, QuantizedLlama):
+            self.model.copy_key_codes(copies)
 
     @torch.inference_mode()
     def move_kv(self, moves: list[KVMove]) -> None:

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "key_codes.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 /* attention_amx.c's unit serves: faster on every CPU that has AMX */
@@ -48,9 +49,12 @@ typedef struct {
     int64_t rows;
     float *q_scale;   /* [rows] */
     int32_t *q_bias;  /* [rows]: 128 * the sum of the row's int8 values */
-    /* the step's keys and values, staged (stage_step) in `own` or once per call (attention.c) */
-    const uint32_t *k;    /* [head_dim / 4][STEP]: a key's four dims as bytes (+128) a lane */
-    const float *k_scale; /* [STEP] */
+    /* the step's keys and values, staged (stage_step) in `own` or once per call (attention.c);
+     * keys from the cache's codes where it has them (key_codes.h) */
+    const uint32_t *k0, *k1; /* [head_dim / 4][k_stride]: the step's two vectors of keys, four
+                                dims as bytes (+128) a lane */
+    int64_t k_stride;
+    const float *k_scale0, *k_scale1; /* [KEYS] each */
     const uint32_t *v;    /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
     const float *vf;      /* [STEP][head_dim]: or the step's values as float32 */
     void *own;            /* step_bytes(head_dim, 1) */
@@ -75,16 +79,40 @@ const char *attention_reduced_kind(void) {
 
 int attention_reduced_available(void) { return 1; }
 
-/* A staged step's bytes: keys, their scales, then values as pairs or (f32) as float32. */
-static int64_t step_bytes(int64_t hd, int f32) {
-    return ALIGN(hd * STEP) + ALIGN(4 * STEP) + 4 * (f32 ? STEP : PAIRS) * hd;
+/* A staged step's keys ([head_dim / 4][STEP] lanes, then [STEP] scales; none where the cache
+ * has codes) and values (as pairs, or f32: as float32), in bytes. */
+static int64_t keys_bytes(int64_t hd, int keys) {
+    return keys ? ALIGN(hd * STEP) + ALIGN(4 * STEP) : 0;
 }
 
-static void point_at_step(reduced_scratch *w, const char *step, int64_t hd) {
-    w->k = (const uint32_t *)step;
-    w->k_scale = (const float *)(step + ALIGN(hd * STEP));
-    w->v = (const uint32_t *)(step + ALIGN(hd * STEP) + ALIGN(4 * STEP));
+static int64_t step_bytes(int64_t hd, int f32, int keys) {
+    return keys_bytes(hd, keys) + 4 * (f32 ? STEP : PAIRS) * hd;
+}
+
+static void point_at_step(reduced_scratch *w, const char *step, int64_t hd, int keys) {
+    if (keys) {
+        w->k0 = (const uint32_t *)step, w->k1 = w->k0 + KEYS, w->k_stride = STEP;
+        w->k_scale0 = (const float *)(step + ALIGN(hd * STEP)), w->k_scale1 = w->k_scale0 + KEYS;
+    }
+    w->v = (const uint32_t *)(step + keys_bytes(hd, keys));
     w->vf = (const float *)w->v; /* one or the other, as the unit sums values */
+}
+
+/* The step's keys read in place from the cache's codes: each vector's block. */
+static void point_at_codes(reduced_scratch *w, const attention_args *a, int64_t s, int64_t kh,
+                           int64_t t0, int64_t count) {
+    const int64_t hd = a->head_dim, bs = a->block_size;
+    const int64_t *table = a->block_tables + s * a->max_blocks;
+    for (int c = 0; c < VECTORS; c++) { /* past the context: t0's, its scores are cut */
+        const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
+        const uint32_t *block = key_codes_block((uint32_t *)a->k_codes, table[t / bs], kh,
+                                                a->num_kv_heads, hd, bs);
+        const uint32_t *lanes = block + t % bs;
+        const float *scales = (const float *)(block + (hd / 4) * bs) + t % bs;
+        *(c ? &w->k1 : &w->k0) = lanes;
+        *(c ? &w->k_scale1 : &w->k_scale0) = scales;
+    }
+    w->k_stride = bs;
 }
 
 static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
@@ -93,7 +121,7 @@ static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
     TAKE(q, rows * hd);
     TAKE(q_scale, 4 * rows);
     TAKE(q_bias, 4 * rows);
-    TAKE(own, step_bytes(hd, 1));
+    TAKE(own, step_bytes(hd, 1, 1));
     TAKE(p, 4 * rows * STEP);
     TAKE(pairs, 4 * rows * PAIRS);
     TAKE(acc, 4 * rows * hd);
@@ -150,20 +178,22 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
 }
 
 /* Keys [t0, t0 + count) of sequence s's KV head kh staged as the unit reads them (point_at_step's
- * layout, from `step`): keys as bytes, values as bfloat16 pairs or (f32) float32. */
+ * layout, from `step`): keys as bytes (unless `keys` is 0: the cache has codes), values as
+ * bfloat16 pairs or (f32) float32. */
 static void stage_step(const attention_args *a, int64_t s, int64_t kh, int64_t t0, int64_t count,
-                       int f32, char *step) {
+                       int f32, int keys, char *step) {
     const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
     const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
     const int64_t *table = a->block_tables + s * a->max_blocks;
     uint32_t *k = (uint32_t *)step;
     float *k_scale = (float *)(step + ALIGN(hd * STEP));
-    char *values = step + ALIGN(hd * STEP) + ALIGN(4 * STEP);
+    char *values = step + keys_bytes(hd, keys);
     for (int c = 0; c < VECTORS; c++) { /* a vector never crosses a cache block */
         const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
         const int64_t block = table[t / bs], offset = t % bs;
-        stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, k + c * KEYS,
-                   k_scale + c * KEYS);
+        if (keys)
+            stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, k + c * KEYS,
+                       k_scale + c * KEYS);
         const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
         if (f32) {
             float *vf = (float *)values;
@@ -181,15 +211,15 @@ static void stage_step(const attention_args *a, int64_t s, int64_t kh, int64_t t
 }
 
 int64_t attention_reduced_step_bytes(const attention_args *a) {
-    return step_bytes(a->head_dim, values_in_float32(a->reduced_values));
+    return step_bytes(a->head_dim, values_in_float32(a->reduced_values), a->k_codes == NULL);
 }
 
 void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
                              int64_t last, void *staged) {
-    const int f32 = values_in_float32(a->reduced_values);
-    const int64_t bytes = step_bytes(a->head_dim, f32);
+    const int f32 = values_in_float32(a->reduced_values), keys = a->k_codes == NULL;
+    const int64_t bytes = step_bytes(a->head_dim, f32, keys);
     for (int64_t i = first; i < last; i++)
-        stage_step(a, s, kh, i * STEP, STEP, f32, (char *)staged + i * bytes);
+        stage_step(a, s, kh, i * STEP, STEP, f32, keys, (char *)staged + i * bytes);
 }
 
 /* acc + the byte products of u (unsigned) and s (signed), four a lane: vpdpbusd, written out
@@ -206,17 +236,17 @@ static inline __attribute__((always_inline)) void scores_for(const reduced_scrat
     __m512i s[SCORE_ROWS][2];
     for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm512_setzero_si512();
     const uint32_t *q = w->q + r0;
-    const uint32_t *k = w->k;
-    for (int64_t g = 0; g < hd / 4; g++, q += w->rows, k += STEP) {
-        const __m512i k0 = _mm512_loadu_si512(k);
-        const __m512i k1 = _mm512_loadu_si512(k + 16);
+    const uint32_t *k0p = w->k0, *k1p = w->k1;
+    for (int64_t g = 0; g < hd / 4; g++, q += w->rows, k0p += w->k_stride, k1p += w->k_stride) {
+        const __m512i k0 = _mm512_loadu_si512(k0p);
+        const __m512i k1 = _mm512_loadu_si512(k1p);
         for (int r = 0; r < R; r++) {
             const __m512i four = _mm512_set1_epi32((int32_t)q[r]);
             s[r][0] = dot_bytes(s[r][0], k0, four);
             s[r][1] = dot_bytes(s[r][1], k1, four);
         }
     }
-    const __m512 k_scale0 = _mm512_loadu_ps(w->k_scale), k_scale1 = _mm512_loadu_ps(w->k_scale + 16);
+    const __m512 k_scale0 = _mm512_loadu_ps(w->k_scale0), k_scale1 = _mm512_loadu_ps(w->k_scale1);
     for (int r = 0; r < R; r++) {
         const __m512i bias = _mm512_set1_epi32(w->q_bias[r0 + r]);
         const __m512 q_scale = _mm512_set1_ps(w->q_scale[r0 + r]);
@@ -305,7 +335,7 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     const reduced_shape u = reduced_shape_of(a, s, tile);
     const int64_t n = u.n, group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
-    const int f32_values = values_in_float32(a->reduced_values);
+    const int f32_values = values_in_float32(a->reduced_values), keys = a->k_codes == NULL;
     reduced_scratch w;
     carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
     w.rows = rows;
@@ -328,11 +358,13 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
         /* a whole step is the same bytes staged here or once for all the sequence's tiles; a
          * tile's last, partial step is staged here (its value pairs end in zeros at count) */
         if (staged != NULL && count == STEP) {
-            point_at_step(&w, (const char *)staged + (t0 / STEP) * step_bytes(hd, f32_values), hd);
+            point_at_step(&w, (const char *)staged + (t0 / STEP) * step_bytes(hd, f32_values, keys),
+                          hd, keys);
         } else {
-            stage_step(a, s, kh, t0, count, f32_values, w.own);
-            point_at_step(&w, w.own, hd);
+            stage_step(a, s, kh, t0, count, f32_values, keys, w.own);
+            point_at_step(&w, w.own, hd, keys);
         }
+        if (!keys) point_at_codes(&w, a, s, kh, t0, count);
         /* rows of queries that see none of these keys skip the step */
         const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;
         for (int64_t r0 = first_row; r0 < rows; r0 += SCORE_ROWS) {

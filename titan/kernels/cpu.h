@@ -91,6 +91,8 @@ typedef struct {
     float scale;
     int32_t dtype;                  /* enum attention_dtype */
     int32_t reduced_values;         /* enum reduced_values: attention_reduced.c's value sums */
+    const void *k_codes;            /* NULL, or the K cache's int8 codes (key_codes.h), which the
+                                       int8 unit then reads instead of rounding keys itself */
 } attention_args;
 
 /* 0, or -1 when the shapes are beyond the kernel, -2 when out of memory. */
@@ -103,9 +105,14 @@ typedef struct {
     const int64_t *source_slots, *destination_slots; /* [num_tokens], never overlapping */
     int64_t num_layers, num_tokens, num_kv_heads, head_dim, block_size;
     const float *cos, *sin; /* [head_dim / 2] of the shift, to rotate keys back; NULL: a copy */
+    uint32_t *const *k_codes; /* NULL, or [num_layers] key codes (key_codes.h) to write too */
 } kv_move_args;
 
-/* 0, or -1 for an odd head_dim. */
+/* 0, or -1 for an odd head_dim (with key codes: one that is no multiple of 16 or over 256). */
 int kv_move(pool *p, const kv_move_args *a);
+/* The key codes (key_codes.h) of every key in num_blocks blocks of a float16 K cache: 0, or -1
+ * for a head_dim that is no multiple of 16 or over 256. */
+int key_codes(pool *p, const _Float16 *k_cache, int64_t num_blocks, int64_t num_kv_heads,
+              int64_t head_dim, int64_t block_size, uint32_t *codes);
 
 #endif

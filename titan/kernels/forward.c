@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "cpu.h"
+#include "key_codes.h"
 #include "vec.h"
 
 typedef struct {
@@ -28,6 +29,7 @@ typedef struct {
     qweight down;            /* [H, I] */
     _Float16 *k_cache;       /* [blocks, kv_heads, head_dim, block_size] */
     _Float16 *v_cache;       /* [blocks, block_size, kv_heads, head_dim] */
+    uint32_t *k_codes;       /* NULL, or the K cache's int8 codes (key_codes.h) */
 } layer_weights;
 
 typedef struct {
@@ -147,6 +149,14 @@ static void rope_item(void *ctx, int64_t t, int thread) {
         k_block[i * m->block_size + offset] = (_Float16)k[i];
         v_slot[i] = (_Float16)v[i];
     }
+    for (int64_t h = 0; j->layer->k_codes != NULL && h < m->num_kv_heads; h++) {
+        float stored[KEY_CODE_MAX_DIM]; /* the key as the cache holds it: float16 */
+        for (int64_t d = 0; d < hd; d++) stored[d] = (float)(_Float16)k[h * hd + d];
+        write_key_code(stored, hd,
+                       key_codes_block(j->layer->k_codes, block, h, m->num_kv_heads, hd,
+                                       m->block_size),
+                       m->block_size, offset);
+    }
 }
 
 static void quantize_item(void *ctx, int64_t t, int thread) {
@@ -188,6 +198,7 @@ static void attend(pool *p, const layer_job *j) {
         .q_stride = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim,
         .out_stride = m->num_heads * m->head_dim,
         .scale = 1.f / sqrtf((float)m->head_dim), .dtype = m->attention_dtype,
+        .k_codes = j->layer->k_codes,
     };
     if (attention(p, &a) != 0) abort(); /* shapes were checked when the model loaded */
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "key_codes.h"
 
 #define MOVE_CHUNK 256 /* tokens of one layer per pool item */
 
@@ -36,19 +37,46 @@ static void move_item(void *ctx, int64_t item, int thread) {
             _Float16 *dst = k + ((to / bs) * kv + h) * hd * bs + to % bs;
             if (a->cos == NULL) {
                 for (int64_t d = 0; d < hd; d++) dst[d * bs] = src[d * bs];
-                continue;
+            } else {
+                for (int64_t d = 0; d < half; d++) { /* rotate-half layout: dims d, d + half */
+                    const float x1 = (float)src[d * bs], x2 = (float)src[(d + half) * bs];
+                    dst[d * bs] = (_Float16)(x1 * a->cos[d] + x2 * a->sin[d]);
+                    dst[(d + half) * bs] = (_Float16)(x2 * a->cos[d] - x1 * a->sin[d]);
+                }
             }
-            for (int64_t d = 0; d < half; d++) { /* rotate-half layout: dims d and d + half */
-                const float x1 = (float)src[d * bs], x2 = (float)src[(d + half) * bs];
-                dst[d * bs] = (_Float16)(x1 * a->cos[d] + x2 * a->sin[d]);
-                dst[(d + half) * bs] = (_Float16)(x2 * a->cos[d] - x1 * a->sin[d]);
-            }
+            if (a->k_codes != NULL)
+                write_key_code_f16(dst, bs, hd, key_codes_block(a->k_codes[layer], to / bs, h, kv, hd, bs),
+                               bs, to % bs);
         }
     }
 }
 
+typedef struct {
+    const _Float16 *k_cache;
+    int64_t kv, hd, bs;
+    uint32_t *codes;
+} codes_job;
+
+static void codes_item(void *ctx, int64_t block, int thread) {
+    (void)thread;
+    const codes_job *j = ctx;
+    for (int64_t h = 0; h < j->kv; h++)
+        for (int64_t offset = 0; offset < j->bs; offset++)
+            write_key_code_f16(j->k_cache + (block * j->kv + h) * j->hd * j->bs + offset, j->bs, j->hd,
+                           key_codes_block(j->codes, block, h, j->kv, j->hd, j->bs), j->bs, offset);
+}
+
+int key_codes(pool *p, const _Float16 *k_cache, int64_t num_blocks, int64_t num_kv_heads,
+              int64_t head_dim, int64_t block_size, uint32_t *codes) {
+    if (head_dim % 16 || head_dim > KEY_CODE_MAX_DIM) return -1;
+    codes_job job = {k_cache, num_kv_heads, head_dim, block_size, codes};
+    pool_run(p, codes_item, &job, num_blocks);
+    return 0;
+}
+
 int kv_move(pool *p, const kv_move_args *a) {
     if (a->head_dim % 2 || a->num_tokens < 0) return -1;
+    if (a->k_codes != NULL && (a->head_dim % 16 || a->head_dim > KEY_CODE_MAX_DIM)) return -1;
     const int64_t chunks = (a->num_tokens + MOVE_CHUNK - 1) / MOVE_CHUNK;
     pool_run(p, move_item, (void *)a, chunks * a->num_layers);
     return 0;

@@ -33,6 +33,7 @@ class AttentionArgs(ctypes.Structure):
         ("num_seqs", _I64), ("num_heads", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
         ("block_size", _I64), ("max_blocks", _I64), ("q_stride", _I64), ("out_stride", _I64),
         ("scale", ctypes.c_float), ("dtype", ctypes.c_int32), ("reduced_values", ctypes.c_int32),
+        ("k_codes", _P),
     ]  # fmt: skip
 
 
@@ -40,6 +41,7 @@ class LayerWeights(ctypes.Structure):
     _fields_ = [
         ("input_norm", _P), ("qkv", QWeight), ("o_proj", QWeight), ("post_norm", _P),
         ("gate_up", QWeight), ("down", QWeight), ("k_cache", _P), ("v_cache", _P),
+        ("k_codes", _P),
     ]  # fmt: skip
 
 
@@ -57,7 +59,7 @@ class KVMoveArgs(ctypes.Structure):
     _fields_ = [
         ("k_caches", _P), ("v_caches", _P), ("source_slots", _P), ("destination_slots", _P),
         ("num_layers", _I64), ("num_tokens", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
-        ("block_size", _I64), ("cos", _P), ("sin", _P),
+        ("block_size", _I64), ("cos", _P), ("sin", _P), ("k_codes", _P),
     ]  # fmt: skip
 
 
@@ -68,6 +70,12 @@ class Step(ctypes.Structure):
         ("first_positions", _P), ("num_logits", _I64), ("logit_rows", _P), ("logits", _P),
         ("seconds", _P),
     ]  # fmt: skip
+
+
+def key_codes_shape(blocks: int, kv_heads: int, head_dim: int, block_size: int) -> tuple:
+    """The int8 unit's key codes beside a K cache (key_codes.h): per block and KV head,
+    head_dim / 4 words of four int8 dims and one float scale for each of its keys."""
+    return (blocks, kv_heads, head_dim // 4 + 1, block_size)
 
 
 ATTENTION_F32 = 0
@@ -109,6 +117,8 @@ class CpuKernels:
         lib.attention_reduced_kind.restype = ctypes.c_char_p
         lib.kv_move.argtypes = [_P, ctypes.POINTER(KVMoveArgs)]
         lib.kv_move.restype = ctypes.c_int
+        lib.key_codes.argtypes = [_P, _P, _I64, _I64, _I64, _I64, _P]
+        lib.key_codes.restype = ctypes.c_int
         lib.titan_forward.argtypes = [_P, ctypes.POINTER(Model), ctypes.POINTER(Step)]
         lib.titan_forward.restype = ctypes.c_int
         self.num_threads = num_threads
@@ -127,6 +137,12 @@ class CpuKernels:
         """Whether this build has a reduced-precision attention unit that this CPU lets run:
         attention_amx.c's (AMX-BF16) or attention_reduced.c's (AVX-512 VNNI and BF16)."""
         return bool(self._lib.attention_reduced_available())
+
+    @property
+    def reads_key_codes(self) -> bool:
+        """Whether the reduced unit is attention_reduced.c's int8 one, which reads the K cache's
+        int8 codes (key_codes.h) where the caller keeps them."""
+        return self.reduced_attention_kind.startswith("int8")
 
     @property
     def reduced_attention_kind(self) -> str:
@@ -162,6 +178,20 @@ class CpuKernels:
         status = self._lib.kv_move(self._pool, ctypes.byref(args))
         if status != 0:
             raise RuntimeError(f"the KV move kernel failed ({status})")
+
+    def key_codes(self, k_cache: np.ndarray, codes: np.ndarray) -> None:
+        """Every key of a float16 K cache ``[blocks, kv_heads, head_dim, block_size]`` as the
+        int8 unit's codes, into ``codes`` (int32, ``key_codes_shape``)."""
+        blocks, kv_heads, head_dim, block_size = k_cache.shape
+        expected = key_codes_shape(blocks, kv_heads, head_dim, block_size)
+        if k_cache.dtype != np.float16 or codes.dtype != np.int32 or codes.shape != expected:
+            raise ValueError("key codes need a float16 K cache and int32 codes of its shape")
+        if not (k_cache.flags.c_contiguous and codes.flags.c_contiguous):
+            raise ValueError("key codes need contiguous arrays")
+        status = self._lib.key_codes(self._pool, pointer(k_cache), blocks, kv_heads, head_dim,
+                                     block_size, pointer(codes))  # fmt: skip
+        if status != 0:
+            raise ValueError(f"no key codes for head_dim {head_dim} (a multiple of 16 up to 256)")
 
     def forward(self, model: Model, step: Step) -> None:
         status = self._lib.titan_forward(self._pool, ctypes.byref(model), ctypes.byref(step))
