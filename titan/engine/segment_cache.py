@@ -48,7 +48,10 @@ class SegmentCache:
         decoder = tokenizer.get_added_tokens_decoder()
         if not decoder or getattr(tokenizer, "encode_special_tokens", False):
             return None  # none to split at, or added tokens' text encoded as text
-        if any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in decoder.values()):
+        if any(
+            t.lstrip or t.rstrip or t.single_word or t.normalized or not t.content
+            for t in decoder.values()
+        ):
             return None
         cache = cls(tokenizer, {t.content: token_id for token_id, t in decoder.items()})
         tokens = [t.content for t in decoder.values()][:3]

@@ -16,6 +16,9 @@
  *   - the softmax (maximum, exp, totals) stays float32, as in attention.c, but its exponential is
  *     exact to 1e-4 only (exp_coarse_k): far below the int8 scores' error, and the bfloat16
  *     rounding of the probabilities where values are summed in bfloat16.
+ * Keys come from the K cache's int8 codes where the engine keeps them (key_codes.h: rounded once,
+ * when written), else are rounded here, step by step; a prefill chunk's steps are staged once for
+ * all its tiles (attention.c's stage_once), a decode's by its one tile.
  * The step order is attention.c's (tiles are REDUCED_TILE queries: the staged keys serve more
  * rows), and every quantity a row uses (its own scale, a key's scale, the step's order) is fixed
  * by the row and the key alone: a row's output is still the same bits whatever else is in the
@@ -57,7 +60,7 @@ typedef struct {
     const float *k_scale0, *k_scale1; /* [KEYS] each */
     const uint32_t *v;    /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
     const float *vf;      /* [STEP][head_dim]: or the step's values as float32 */
-    void *own;            /* step_bytes(head_dim, 1) */
+    void *own;            /* step_bytes(head_dim, 1, 1): the most a step takes */
     float *p;         /* [rows][STEP]: the step's probabilities */
     uint32_t *pairs;  /* [rows][PAIRS]: the same as bfloat16 pairs */
     float *acc;       /* [rows][head_dim] */
