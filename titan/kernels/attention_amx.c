@@ -204,17 +204,6 @@ static inline void row_softmax(const amx_scratch *w, int64_t row, int64_t visibl
                                            _mm512_set1_ps(factor)));
 }
 
-/* This unit stages its keys and values per tile (AMX_STEP keys a step): nothing once per call. */
-int64_t attention_reduced_step_bytes(const attention_args *a) {
-    (void)a;
-    return 0;
-}
-
-void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
-                             int64_t last, void *staged) {
-    (void)a, (void)s, (void)kh, (void)first, (void)last, (void)staged;
-}
-
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
                             const void *staged, void *memory) {
     (void)staged;

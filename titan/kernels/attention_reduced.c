@@ -406,6 +406,17 @@ int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
     (void)rows, (void)head_dim;
     return 0;
 }
+void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
+                            const void *staged, void *memory) {
+    (void)a, (void)s, (void)tile, (void)kh, (void)staged, (void)memory;
+}
+
+#endif
+
+#if !(defined(__AVX512VNNI__) && defined(__AVX512BF16__)) || \
+    (defined(__AMX_TILE__) && defined(__AMX_BF16__))
+/* No int8 unit in this build: nothing is staged once per call (the AMX unit stages its own, per
+ * tile; the float32 unit serves the rest). */
 int64_t attention_reduced_step_bytes(const attention_args *a) {
     (void)a;
     return 0;
@@ -414,9 +425,4 @@ void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int
                              int64_t last, void *staged) {
     (void)a, (void)s, (void)kh, (void)first, (void)last, (void)staged;
 }
-void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            const void *staged, void *memory) {
-    (void)a, (void)s, (void)tile, (void)kh, (void)staged, (void)memory;
-}
-
 #endif
