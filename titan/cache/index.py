@@ -93,9 +93,14 @@ class _Graph:
     def __init__(self, dim: int):
         from usearch.index import Index  # lazily: `import titan.cache` stays cheap
 
-        # Half precision: half the memory and search time of f32 (measured at 60,000 entries:
-        # p99 0.73 ms against 1.36 ms); the cache re-scores candidates in f32 from the store.
-        self._index = Index(ndim=dim, metric="ip", dtype="f16")
+        # int8 (each unit vector's dims * 127, rounded), compared by cosine: a quarter of f32's
+        # memory, half f16's, and faster (100,000 random unit vectors of 384 dims, 1,200
+        # searches, one thread, interleaved, on a Zen 4 EPYC: p50 0.44 against f16's 0.71 ms,
+        # p99 0.81 against 1.25), the nearest planted neighbour found 80.7% of the time against
+        # 82.8% (random vectors are HNSW's worst case); the cache re-scores candidates in f32
+        # from the store. (int8 with the inner-product metric is faster still, 0.32 ms, but
+        # scores in raw integers, not cosines.)
+        self._index = Index(ndim=dim, metric="cos", dtype="i8")
         self._labels: dict[str, int] = {}
         self._keys: dict[int, str] = {}
         self._next_label = 0
@@ -143,8 +148,10 @@ class _Graph:
         ]
 
     def items(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Each key's vector as the graph keeps it (int8), back to a unit vector."""
+        dim = self._index.ndim
         for key, label in self._labels.items():
-            yield key, np.asarray(self._index.get(label), dtype=np.float32)
+            yield key, _unit(np.asarray(self._index.get(label), dtype=np.float32), dim)
 
 
 class VectorIndex:

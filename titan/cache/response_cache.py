@@ -37,8 +37,10 @@ EXACT, SEMANTIC = "exact", "semantic"
 # their writer's wall clock) and fewer than SYNC_PAGE entries are stored in any CLOCK_SKEW_S.
 SYNC_INTERVAL_S = 2.0
 SYNC_PAGE = 10_000
-# How far the index's half-precision similarities may be from the exact ones.
-INDEX_PRECISION = 0.01
+# How far the index's int8 similarities may be from the exact ones (MiniLM's embeddings of the
+# labeled pairs' 3,506 questions, each one's 5 nearest: mean 0.0027, 99th percentile 0.010, most
+# 0.016), so that a candidate at the floor is never cut for the index's rounding.
+INDEX_PRECISION = 0.025
 CLOCK_SKEW_S = 5.0
 # Semantic candidates checked per lookup: the nearest may fail a guard while the next passes.
 NUM_CANDIDATES = 4
@@ -211,7 +213,7 @@ class ResponseCache:
             if entry is None or entry.embedding is None:  # expired or evicted (perhaps elsewhere)
                 self._forget(key, scope)  # type: ignore[arg-type]
                 continue
-            # The index holds half precision; the threshold is judged on the stored f32 vector.
+            # The index holds int8; the threshold is judged on the stored f32 vector.
             similarity = float(np.dot(query, np.frombuffer(entry.embedding, dtype=np.float32)))
             if similarity < floor:
                 continue
