@@ -44,9 +44,10 @@ def test_cached_ids_are_the_whole_texts_ids_cold_and_warm(smollm, tokenizer):
         assert cache.encode(text) == smollm.encode(text, add_special_tokens=False).ids, text
 
 
-def test_the_engine_tokenizer_encodes_through_the_cache(tokenizer):
+def test_the_engine_tokenizer_encodes_through_the_cache(tokenizer, smollm):
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}])
     first = tokenizer.encode(text)
+    assert first == smollm.encode(text, add_special_tokens=False).ids
     assert tokenizer.encode(text) == first
     assert tokenizer.encode(text, add_special_tokens=True)[-len(first) :] == first
 

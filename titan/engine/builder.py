@@ -49,7 +49,11 @@ class BuiltModel:
     attention: CpuPagedAttention | None  # the torch path's attention kernel
     kernels: CpuKernels | None
     description: str  # "Q4_1 blocks, avx512-vnni kernels, 2 threads"
-    key_code_bytes: int = 0  # beside the KV cache, per token, KV head and layer
+
+    @property
+    def key_code_bytes(self) -> int:
+        """The int8 attention unit's key codes beside the KV cache, per token, head and layer."""
+        return self.model.key_code_bytes if isinstance(self.model, QuantizedLlama) else 0
 
     def close(self) -> None:
         if self.kernels is not None:
@@ -139,7 +143,7 @@ def build_model(
                 f"{weights.formats()} weights ({weights.num_bytes / 2**20:.0f} MiB), "
                 f"{kernels.isa} kernels, {kernels.num_threads} threads, attention {attention}"
             )
-            return BuiltModel(model, KV_DTYPE, None, kernels, description, model.key_code_bytes)
+            return BuiltModel(model, KV_DTYPE, None, kernels, description)
         if config.quantization != "auto":
             raise ConfigError(f"quantization {config.quantization!r} is not possible: {why_not}")
         log.info("quantized weights off (%s): the torch path serves", why_not)

@@ -304,6 +304,13 @@ static void stage_item(void *ctx, int64_t item, int thread) {
     attention_reduced_stage(job->a, s, kh, first, last, (void *)staged_for(job, s, kh));
 }
 
+/* Whole steps of sequence s staged once for all its tiles: those its last query sees, where it
+ * has more than one reduced tile; else 0 (its one tile stages its own). */
+static int64_t steps_staged(const attention_args *a, int64_t s) {
+    const int64_t queries = a->query_starts[s + 1] - a->query_starts[s];
+    return queries > REDUCED_TILE ? (a->first_positions[s] + queries) / STEP : 0;
+}
+
 /* Stages, once, the steps of every sequence with more than one reduced tile (a prefill chunk's
  * tiles each read all its keys): job->staged and what locates it, or nothing (staged NULL) when
  * no sequence has several tiles, the unit stages its own, or memory is short (each tile then
@@ -313,13 +320,11 @@ static void stage_once(pool *p, const attention_args *a, attention_job *job) {
     job->step_bytes = attention_reduced_step_bytes(a);
     if (job->step_bytes == 0) return;
     int64_t total = 0, items = 0;
-    for (int64_t s = 0; s < a->num_seqs; s++)
-        if (a->query_starts[s + 1] - a->query_starts[s] > REDUCED_TILE) {
-            const int64_t steps = (a->first_positions[s] + a->query_starts[s + 1] -
-                                   a->query_starts[s]) / STEP;
-            total += steps * a->num_kv_heads * job->step_bytes;
-            items += (steps + STAGE_CHUNK - 1) / STAGE_CHUNK * a->num_kv_heads;
-        }
+    for (int64_t s = 0; s < a->num_seqs; s++) {
+        const int64_t steps = steps_staged(a, s);
+        total += steps * a->num_kv_heads * job->step_bytes;
+        items += (steps + STAGE_CHUNK - 1) / STAGE_CHUNK * a->num_kv_heads;
+    }
     if (items == 0) return;
     int64_t *at = malloc(sizeof(int64_t) * (size_t)(2 * a->num_seqs + 3 * items));
     char *staged = aligned_alloc(64, (size_t)total);
@@ -330,11 +335,10 @@ static void stage_once(pool *p, const attention_args *a, attention_job *job) {
     int64_t *steps_of = at + a->num_seqs, *item = steps_of + a->num_seqs, offset = 0;
     job->stage_at = at, job->stage_steps = steps_of, job->stage_items = item;
     for (int64_t s = 0; s < a->num_seqs; s++) {
-        const int64_t queries = a->query_starts[s + 1] - a->query_starts[s];
-        at[s] = queries > REDUCED_TILE ? offset : -1;
-        steps_of[s] = queries > REDUCED_TILE ? (a->first_positions[s] + queries) / STEP : 0;
+        steps_of[s] = steps_staged(a, s);
+        at[s] = steps_of[s] > 0 ? offset : -1;
         offset += steps_of[s] * a->num_kv_heads * job->step_bytes;
-        for (int64_t kh = 0; at[s] >= 0 && kh < a->num_kv_heads; kh++)
+        for (int64_t kh = 0; steps_of[s] > 0 && kh < a->num_kv_heads; kh++)
             for (int64_t first = 0; first < steps_of[s]; first += STAGE_CHUNK, item += 3)
                 item[0] = s, item[1] = kh, item[2] = first;
     }

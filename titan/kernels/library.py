@@ -72,6 +72,9 @@ class Step(ctypes.Structure):
     ]  # fmt: skip
 
 
+KEY_CODE_MAX_DIM = 256  # key_codes.h: head dims with key codes, a multiple of 16 up to this
+
+
 def key_codes_shape(blocks: int, kv_heads: int, head_dim: int, block_size: int) -> tuple:
     """The int8 unit's key codes beside a K cache (key_codes.h): per block and KV head,
     head_dim / 4 words of four int8 dims and one float scale for each of its keys."""

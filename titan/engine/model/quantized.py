@@ -23,6 +23,7 @@ from titan.kernels import packing
 from titan.kernels.library import (
     ATTENTION_F32_F16_CACHE,
     ATTENTION_F32_F16_CACHE_REDUCED,
+    KEY_CODE_MAX_DIM,
     CpuKernels,
     KVMoveArgs,
     LayerWeights,
@@ -35,7 +36,6 @@ from titan.kernels.library import (
 
 BLOCKS_FILE = Path("quantized") / "blocks.safetensors"
 KV_DTYPE = torch.float16  # forward.c's cache type
-KEY_CODE_MAX_DIM = 256  # key_codes.h's bound
 
 
 @dataclass
