@@ -14,7 +14,7 @@ import torch
 from titan.engine.cpu_attention import CpuPagedAttention
 from titan.kernels import packing
 from titan.kernels.build import build_library
-from titan.kernels.library import CpuKernels, key_codes_shape
+from titan.kernels.library import CpuKernels, kv_codes_shape
 
 # Builds the kernels for every target (and runs the ARM ones under qemu): minutes, so `make
 # test` only, not `make check`.
@@ -170,16 +170,13 @@ def test_attention_over_threads_equals_one_thread(kernels):
 
 
 def _f16_attention(
-    kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts, values: int = 0,
-    codes=None,
+    kernels: CpuKernels, dtype: int, q, k_cache, v_cache, tables, starts, firsts, codes=None
 ):  # fmt: skip
     """attention.c over float16 caches (the quantized model's), float32 queries and output;
-    ``values``: how the int8 unit sums values (library.REDUCED_VALUES_*); ``codes``: the K
-    cache's key codes for the int8 unit to read."""
+    ``codes``: the caches' KV codes for the int8 unit to read."""
     head_dim = q.shape[-1]
     return CpuPagedAttention(kernels)(
-        q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype,
-        reduced_values=values, key_codes=codes,
+        q, k_cache, v_cache, tables, starts, firsts, head_dim**-0.5, dtype=dtype, kv_codes=codes
     )  # fmt: skip
 
 
@@ -194,11 +191,8 @@ def _outlier_caches(generator: torch.Generator, num_blocks: int, kv_heads: int, 
 
 # Relative error of a row's output against the float32 unit on _outlier_caches' keys: median and
 # worst allowed, per unit (measured: AMX median 0.5%, worst 2.9%; int8 median 3.2%, worst 27%:
-# int8's per-key scale is set by the outlier channels; float32 values change neither).
-REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, bfloat16 values": (0.05, 0.5),
-                 "int8 scores, float32 values": (0.05, 0.5)}  # fmt: skip
-# The int8 unit's two ways of summing values, each asked for by name (the AMX unit has one)
-INT8_VALUES = {1: "int8 scores, bfloat16 values", 2: "int8 scores, float32 values"}
+# int8's per-key scale is set by the outlier channels).
+REDUCED_ERROR = {"bfloat16 on AMX tiles": (0.02, 0.1), "int8 scores, int8 values": (0.05, 0.5)}
 
 
 # SmolLM2-135M's attention; Llama-3-style GQA with 128 dims; plain multi-head
@@ -216,23 +210,22 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
     table = torch.randperm(40, generator=generator)[None]
     q = torch.randn(150, heads, head_dim, generator=generator)
     chunk_args = (table, torch.tensor([0, 150]), torch.tensor([450]))
-    runs = [(march, library, values) for march, library in units.items()
-            for values in ([0, *INT8_VALUES] if library.reduced_attention_kind in
-                           INT8_VALUES.values() else [0])]  # fmt: skip
-    outputs = {}
-    for march, library, values in runs:
+    for march, library in units.items():
         # one chunk of 150 queries at positions 450..599, then rows of it alone and beside
         # another sequence: every row must come out the same bits, and the same again where the
-        # int8 unit reads the cache's key codes instead of rounding keys itself
-        codes = torch.empty(key_codes_shape(*k_cache.shape), dtype=torch.int32)
-        library.key_codes(k_cache.numpy(), codes.numpy())
+        # int8 unit reads the caches' KV codes instead of rounding keys and values itself
+        codes = torch.empty(kv_codes_shape(*k_cache.shape), dtype=torch.int32)
+        library.kv_codes(k_cache.numpy(), v_cache.numpy(), codes.numpy())
+        # past the context the engine's codes hold whatever the memory held: NaN scales there
+        # (every key's and value's, rows head_dim / 4 and -1) must change nothing
+        for position in range(600, 640):
+            block, offset = table[0, position // 16], position % 16
+            codes[block, :, head_dim // 4, offset] = codes[block, :, -1, offset] = 0x7FC00000
 
-        def reduced_of(*args, library=library, values=values, codes=None):
-            return _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, *args, values=values,
-                                  codes=codes)  # fmt: skip
+        def reduced_of(*args, library=library, codes=None):
+            return _f16_attention(library, ATTENTION_F32_F16_CACHE_REDUCED, *args, codes=codes)
 
         reduced = reduced_of(q, k_cache, v_cache, *chunk_args)
-        outputs[march, values] = reduced
         assert torch.equal(reduced_of(q, k_cache, v_cache, *chunk_args, codes=codes), reduced)
         for row in (0, 17, 70, 149):
             alone = reduced_of(q[row : row + 1].clone(), k_cache, v_cache, table,
@@ -240,45 +233,59 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
             beside = reduced_of(torch.cat([q[:40], q[row : row + 1]]), k_cache, v_cache,
                                 torch.cat([table, table]), torch.tensor([0, 40, 41]),
                                 torch.tensor([100, 450 + row]), codes=codes)  # fmt: skip
-            assert torch.equal(alone[0], reduced[row]), (march, values, row)
-            assert torch.equal(beside[40], reduced[row]), (march, values, row)
+            assert torch.equal(alone[0], reduced[row]), (march, row)
+            assert torch.equal(beside[40], reduced[row]), (march, row)
         # against the float32 unit: close, not equal
         exact = _f16_attention(library, ATTENTION_F32_F16_CACHE, q, k_cache, v_cache, *chunk_args)
-        assert not torch.equal(exact, reduced), (march, values)
+        assert not torch.equal(exact, reduced), march
         relative = ((reduced - exact).norm(dim=-1) / exact.norm(dim=-1)).flatten()
-        kind = INT8_VALUES.get(values, library.reduced_attention_kind)
-        median, worst = REDUCED_ERROR[kind]
-        assert relative.median() < median and relative.max() < worst, (march, kind,
+        median, worst = REDUCED_ERROR[library.reduced_attention_kind]
+        assert relative.median() < median and relative.max() < worst, (march,
                                                                       relative.median(),
                                                                       relative.max())  # fmt: skip
-    for march, library, values in runs:
-        if values:  # the unit's own choice is one of the two ways, and they differ
-            assert not torch.equal(outputs[march, 1], outputs[march, 2]), march
-            same = torch.equal(outputs[march, 0], outputs[march, values])
-            assert same == (library.reduced_attention_kind == INT8_VALUES[values]), (march, values)
 
 
-def test_key_codes_are_the_same_on_every_path(kernels):
-    """The int8 unit's key codes (key_codes.h: AVX-512 where the unit runs, plain C elsewhere)
-    round every key alike; ties (x.5) round to even, the instruction's way."""
+def test_kv_codes_are_the_same_on_every_path(kernels):
+    """The int8 unit's KV codes (kv_codes.h: AVX-512 where the unit runs, plain C elsewhere)
+    round every key and value alike; ties (x.5) round to even, the instruction's way."""
     generator = torch.Generator().manual_seed(5)
-    k_cache, _ = _outlier_caches(generator, 6, 3, 64)
-    k_cache[0, 0, :, 0] = torch.arange(64) - 31.5  # x * 127 / 32 lands on halves
-    k_cache[1, 1, :, 3] = 0  # a zero key: scale 0, every byte 128
+    k_cache, v_cache = _outlier_caches(generator, 6, 3, 64)
+    halves = torch.arange(64) - 31.5
+    halves[-1] = 127  # the scale 1: every other dim is a tie
+    k_cache[0, 0, :, 0] = v_cache[0, 0, 0] = halves
+    k_cache[1, 1, :, 3] = v_cache[1, 3, 1] = 0  # a zero key and value: scale 0, every byte 0
     codes = {}
     for march, library in kernels.items():
-        codes[march] = torch.empty(key_codes_shape(*k_cache.shape), dtype=torch.int32)
-        library.key_codes(k_cache.numpy(), codes[march].numpy())
+        codes[march] = torch.empty(kv_codes_shape(*k_cache.shape), dtype=torch.int32)
+        library.kv_codes(k_cache.numpy(), v_cache.numpy(), codes[march].numpy())
     reference = next(iter(codes.values()))
     for march, got in codes.items():
         assert torch.equal(got, reference), march
-    assert (reference[1, 1, :-1, 3] == 0x80808080 - 2**32).all() and reference[1, 1, -1, 3] == 0
-    keys = k_cache.float().permute(0, 1, 3, 2)  # [blocks, heads, keys, dims]
-    scale = keys.abs().amax(-1, keepdim=True) / 127
-    expected = torch.round(keys / torch.where(scale > 0, scale, 1)).to(torch.int32) + 128
-    lanes = reference[:, :, :-1].permute(0, 1, 3, 2)  # [blocks, heads, keys, dims / 4]
-    unpacked = torch.stack([(lanes >> 8 * i) & 255 for i in range(4)], dim=-1).flatten(-2)
-    assert (unpacked - expected).abs().max() <= 1  # float rounding of x * (127 / max) only
+    key_rows = 64 // 4  # kv_codes_shape's rows: the keys' lanes, their scales, then the values'
+    assert (reference[1, 1, :key_rows, 3] == 0x80808080 - 2**32).all()
+    assert reference[1, 1, key_rows, 3] == 0
+
+    def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # [..., dims]
+        scale = x.abs().amax(-1, keepdim=True) * torch.tensor(1 / 127)  # kv_codes.h's float
+        return torch.round(x / torch.where(scale > 0, scale, 1)).to(torch.int32), scale[..., 0]
+
+    def unpacked(lanes: torch.Tensor) -> torch.Tensor:  # a lane's four bytes, low first
+        return torch.stack([(lanes >> 8 * i) & 255 for i in range(4)], dim=-1)
+
+    keys, key_scales = rounded(k_cache.float().permute(0, 1, 3, 2))  # [blocks, heads, keys, dims]
+    lanes = reference[:, :, :key_rows].permute(0, 1, 3, 2)  # [blocks, heads, keys, dims / 4]
+    assert (unpacked(lanes).flatten(-2) - 128 - keys).abs().max() <= 1  # x * (127 / max) only
+    assert (unpacked(lanes[0, 0, 0]).flatten() - 128 == keys[0, 0, 0]).all()  # ties to even
+    assert torch.equal(reference[:, :, key_rows].view(torch.float32), key_scales)
+    values, value_scales = rounded(v_cache.float().permute(0, 2, 1, 3))  # [.., values, dims]
+    flat = reference[:, :, key_rows + 1 :].flatten(2)  # [blocks, heads, (16 / 4) * 64 + 16]
+    value_lanes = flat[:, :, : 4 * 64].reshape(6, 3, 4, 64)  # [.., values / 4, dims]
+    signed = unpacked(value_lanes).permute(0, 1, 2, 4, 3).reshape(6, 3, 16, 64)
+    signed = torch.where(signed > 127, signed - 256, signed)
+    assert (signed - values).abs().max() <= 1
+    assert (signed[0, 0, 0] == values[0, 0, 0]).all()  # ties to even, as torch.round
+    assert (signed[1, 1, 3] == 0).all()
+    assert torch.equal(flat[:, :, 4 * 64 :].view(torch.float32), value_scales)
 
 
 def test_reduced_attention_falls_back_to_float32_where_the_cpu_lacks_it(kernels):

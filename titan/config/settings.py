@@ -122,8 +122,8 @@ class EmbeddedModelConfig(Settings):
     # auto: a GGUF file's own quantized blocks on the CPU kernels (dense weights when a dtype is
     # set); none: dense weights in torch; q8_0: every matmul quantized to Q8_0 (HF directories).
     quantization: Literal["auto", "none", "q8_0"] | None = None
-    # The quantized path's attention: auto (bfloat16 tiles with AMX; int8 scores where the CPU
-    # has AVX-512 VNNI and BF16) or float32.
+    # The quantized path's attention: auto (bfloat16 tiles with AMX; int8 scores and values
+    # where the CPU has AVX-512 VNNI and BF16) or float32.
     attention_precision: Literal["auto", "float32"] | None = None
     kv_cache_bytes: ByteSize | None = None  # "2GiB" accepted
     num_kv_blocks: int | None = Field(None, ge=2)

@@ -51,9 +51,9 @@ class BuiltModel:
     description: str  # "Q4_1 blocks, avx512-vnni kernels, 2 threads"
 
     @property
-    def key_code_bytes(self) -> int:
-        """The int8 attention unit's key codes beside the KV cache, per token, head and layer."""
-        return self.model.key_code_bytes if isinstance(self.model, QuantizedLlama) else 0
+    def kv_code_bytes(self) -> int:
+        """The int8 attention unit's KV codes beside the KV cache, per token, head and layer."""
+        return self.model.kv_code_bytes if isinstance(self.model, QuantizedLlama) else 0
 
     def close(self) -> None:
         if self.kernels is not None:
@@ -89,7 +89,7 @@ def build_engine(config: EngineConfig) -> BuiltEngine:
         head_dim=model_config.head_dim,
         block_size=config.block_size,
         dtype=model.kv_dtype,
-        key_code_bytes=model.key_code_bytes,
+        kv_code_bytes=model.kv_code_bytes,
     )
     num_blocks = config.num_kv_blocks or max(2, config.kv_cache_bytes // spec.bytes_per_block)
     capacity = num_blocks * config.block_size

@@ -39,8 +39,7 @@ class CpuPagedAttention:
         first_positions: torch.Tensor,  # [S] int64
         scale: float,
         dtype: int | None = None,  # library.ATTENTION_*; default: q's (caches of the same type)
-        reduced_values: int = 0,  # library.REDUCED_VALUES_*; default: as the CPU does it fastest
-        key_codes: torch.Tensor | None = None,  # the int8 unit's codes of cache_k (key_codes.h)
+        kv_codes: torch.Tensor | None = None,  # the int8 unit's codes of the caches (kv_codes.h)
     ) -> torch.Tensor:
         _, num_heads, head_dim = q.shape
         _, block_size, num_kv_heads, _ = cache_v.shape
@@ -64,8 +63,7 @@ class CpuPagedAttention:
             out_stride=width,
             scale=scale,
             dtype=_DTYPES[q.dtype] if dtype is None else dtype,
-            reduced_values=reduced_values,
-            k_codes=None if key_codes is None else key_codes.data_ptr(),
+            kv_codes=None if kv_codes is None else kv_codes.data_ptr(),
         )
         self.kernels.attention(args)
         return out

@@ -36,12 +36,12 @@ class KVCacheSpec:
     head_dim: int
     block_size: int
     dtype: torch.dtype
-    key_code_bytes: int = 0  # the int8 unit's key codes per token, KV head and layer (0: none)
+    kv_code_bytes: int = 0  # the int8 unit's KV codes per token, KV head and layer (0: none)
 
     @property
     def bytes_per_block(self) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
-        per_head = 2 * self.head_dim * element + self.key_code_bytes
+        per_head = 2 * self.head_dim * element + self.kv_code_bytes
         return self.num_layers * self.block_size * self.num_kv_heads * per_head
 
 
@@ -86,7 +86,7 @@ class ModelRunner:
                 key_cache[destination].copy_(key_cache[source])
                 value_cache[destination].copy_(value_cache[source])
         if isinstance(self.model, QuantizedLlama):
-            self.model.copy_key_codes(copies)
+            self.model.copy_kv_codes(copies)
 
     @torch.inference_mode()
     def move_kv(self, moves: list[KVMove]) -> None:

@@ -83,16 +83,7 @@ typedef struct {
     const int64_t *unit_seq, *unit_first, *unit_head; /* per unit */
     scratch *scratches;                               /* per thread */
     int reduced; /* attention_reduced_unit serves every unit */
-    /* the reduced unit's keys and values of sequences of several tiles, staged once for all of
-     * them: sequence s's KV head kh's steps at staged + stage_at[s] + kh * its bytes */
-    char *staged;
-    const int64_t *stage_at;    /* [num_seqs]: -1 where a sequence's tiles stage their own */
-    const int64_t *stage_steps; /* [num_seqs]: whole steps staged per KV head */
-    const int64_t *stage_items; /* [items][3]: sequence, KV head, first step */
-    int64_t step_bytes;
 } attention_job;
-
-#define STAGE_CHUNK 16 /* steps staged per pool item */
 
 /* Ask for the keys and values of the next positions while these are computed: cache
  * blocks are scattered in memory, so the hardware prefetchers cannot guess them. */
@@ -289,70 +280,12 @@ DEFINE_UNIT(unit_f32, float, IDENTITY, IDENTITY, float, load_k)
 DEFINE_UNIT(unit_bf16, uint16_t, bf16_to_f32, f32_to_bf16, uint16_t, load_bf16_k)
 DEFINE_UNIT(unit_f16_cache, float, IDENTITY, IDENTITY, _Float16, load_f16_k)
 
-static const char *staged_for(const attention_job *job, int64_t s, int64_t kh) {
-    if (job->staged == NULL || job->stage_at[s] < 0) return NULL;
-    return job->staged + job->stage_at[s] + kh * job->stage_steps[s] * job->step_bytes;
-}
-
-static void stage_item(void *ctx, int64_t item, int thread) {
-    (void)thread;
-    const attention_job *job = ctx;
-    const int64_t *it = job->stage_items + 3 * item;
-    const int64_t s = it[0], kh = it[1], first = it[2];
-    const int64_t last = first + STAGE_CHUNK < job->stage_steps[s] ? first + STAGE_CHUNK
-                                                                  : job->stage_steps[s];
-    attention_reduced_stage(job->a, s, kh, first, last, (void *)staged_for(job, s, kh));
-}
-
-/* Whole steps of sequence s staged once for all its tiles: those its last query sees, where it
- * has more than one reduced tile; else 0 (its one tile stages its own). */
-static int64_t steps_staged(const attention_args *a, int64_t s) {
-    const int64_t queries = a->query_starts[s + 1] - a->query_starts[s];
-    return queries > REDUCED_TILE ? (a->first_positions[s] + queries) / STEP : 0;
-}
-
-/* Stages, once, the steps of every sequence with more than one reduced tile (a prefill chunk's
- * tiles each read all its keys): job->staged and what locates it, or nothing (staged NULL) when
- * no sequence has several tiles, the unit stages its own, or memory is short (each tile then
- * stages its own: the same bytes, more time). The caller frees job->staged and stage_at. */
-static void stage_once(pool *p, const attention_args *a, attention_job *job) {
-    job->staged = NULL;
-    job->step_bytes = attention_reduced_step_bytes(a);
-    if (job->step_bytes == 0) return;
-    int64_t total = 0, items = 0;
-    for (int64_t s = 0; s < a->num_seqs; s++) {
-        const int64_t steps = steps_staged(a, s);
-        total += steps * a->num_kv_heads * job->step_bytes;
-        items += (steps + STAGE_CHUNK - 1) / STAGE_CHUNK * a->num_kv_heads;
-    }
-    if (items == 0) return;
-    int64_t *at = malloc(sizeof(int64_t) * (size_t)(2 * a->num_seqs + 3 * items));
-    char *staged = aligned_alloc(64, (size_t)total);
-    if (at == NULL || staged == NULL) {
-        free(at), free(staged);
-        return;
-    }
-    int64_t *steps_of = at + a->num_seqs, *item = steps_of + a->num_seqs, offset = 0;
-    job->stage_at = at, job->stage_steps = steps_of, job->stage_items = item;
-    for (int64_t s = 0; s < a->num_seqs; s++) {
-        steps_of[s] = steps_staged(a, s);
-        at[s] = steps_of[s] > 0 ? offset : -1;
-        offset += steps_of[s] * a->num_kv_heads * job->step_bytes;
-        for (int64_t kh = 0; steps_of[s] > 0 && kh < a->num_kv_heads; kh++)
-            for (int64_t first = 0; first < steps_of[s]; first += STAGE_CHUNK, item += 3)
-                item[0] = s, item[1] = kh, item[2] = first;
-    }
-    job->staged = staged;
-    pool_run(p, stage_item, job, items);
-}
-
 static void attention_item(void *ctx, int64_t item, int thread) {
     const attention_job *job = ctx;
     const scratch *w = &job->scratches[thread];
     const int64_t s = job->unit_seq[item], tile = job->unit_first[item];
     if (job->reduced)
-        attention_reduced_unit(job->a, s, tile, job->unit_head[item],
-                               staged_for(job, s, job->unit_head[item]), w->reduced);
+        attention_reduced_unit(job->a, s, tile, job->unit_head[item], w->reduced);
     else if (job->a->dtype == ATTENTION_BF16)
         unit_bf16(job->a, s, tile, job->unit_head[item], w);
     else if (job->a->dtype == ATTENTION_F32_F16_CACHE ||
@@ -412,9 +345,7 @@ int attention(pool *p, const attention_args *a) {
     attention_job job = {.a = a, .unit_seq = units, .unit_first = units + num_units,
                          .unit_head = units + 2 * num_units, .scratches = scratches,
                          .reduced = use_reduced};
-    if (use_reduced) stage_once(p, a, &job);
     pool_run(p, attention_item, &job, num_units);
-    if (job.staged != NULL) free(job.staged), free((void *)job.stage_at);
     free(memory); free(units); free(scratches);
     return 0;
 }

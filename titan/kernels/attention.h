@@ -147,17 +147,8 @@ int attention_reduced_available(void);
 const char *attention_reduced_kind(void);
 /* Bytes of scratch one thread needs for units of `rows` rows. */
 int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim);
-/* Bytes of one step (STEP keys) of one KV head's keys and values as the unit reads them, for
- * staging a sequence's once for all its tiles; 0 where the unit stages its own (AMX). */
-int64_t attention_reduced_step_bytes(const attention_args *a);
-/* Sequence s's whole steps [first, last) of KV head kh staged into `staged` (step i at
- * i * attention_reduced_step_bytes). */
-void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
-                             int64_t last, void *staged);
-/* One unit: sequence s's tile of queries from `tile`, KV head kh (as attention.c's units);
- * `staged`: NULL, or the sequence's KV head's steps from attention_reduced_stage, read in place
- * of staging them again (the same bytes). */
+/* One unit: sequence s's tile of queries from `tile`, KV head kh (as attention.c's units). */
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            const void *staged, void *scratch);
+                            void *scratch);
 
 #endif

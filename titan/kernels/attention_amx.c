@@ -205,8 +205,7 @@ static inline void row_softmax(const amx_scratch *w, int64_t row, int64_t visibl
 }
 
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            const void *staged, void *memory) {
-    (void)staged;
+                            void *memory) {
     const float *q = a->q;
     const int64_t hd = a->head_dim;
     const int64_t *table = a->block_tables + s * a->max_blocks;

@@ -8,17 +8,18 @@
  *   - scores: the query row is rounded to int8 with a scale of its own (max |q| / 127), each key
  *     to int8 with its own scale, and the dot products run on VNNI (vpdpbusd: 64 byte products a
  *     instruction, four times float32's FMAs); the int32 sums are exact, then scaled back;
- *   - values: on AMD's cores the step's probabilities and values rounded to bfloat16 and summed in
- *     float32 by vdpbf16ps (pairs of keys a lane, twice float32's FMAs there); on Intel's, where
- *     vdpbf16ps runs at a quarter of the FMAs' rate (measured on a Xeon, family 6 model 207: 1.3
- *     against 5.3 billion a second), in float32 FMAs, values converted exactly from float16
- *     (enum reduced_values in cpu.h; the tests run both);
+ *   - values: each value to int8 with its own scale, and each row's step of probabilities, times
+ *     each key's value scale, to bytes (0..255) with a scale of the row's own for the step (their
+ *     most / 255); vpdpbusd sums four keys a lane exactly in int32, scaled into the float32
+ *     output once a step. Half the instructions of bfloat16 pairs (vdpbf16ps, which this unit
+ *     used: a 640-query layer over 4,000 cached tokens 16.1 -> 13.6 ms on a Zen 4 EPYC) and a
+ *     quarter of float32's FMAs (which it used on Intel, where vdpbf16ps runs at a quarter of the
+ *     FMAs' rate);
  *   - the softmax (maximum, exp, totals) stays float32, as in attention.c, but its exponential is
- *     exact to 1e-4 only (exp_coarse_k): far below the int8 scores' error, and the bfloat16
- *     rounding of the probabilities where values are summed in bfloat16.
- * Keys come from the K cache's int8 codes where the engine keeps them (key_codes.h: rounded once,
- * when written), else are rounded here, step by step; a prefill chunk's steps are staged once for
- * all its tiles (attention.c's stage_once), a decode's by its one tile.
+ *     exact to 1e-4 only (exp_coarse_k): far below the int8 scores' error.
+ * Keys and values come from the cache's int8 codes where the engine keeps them (kv_codes.h:
+ * rounded once, when written; the engine always does), else are rounded here, step by step, to
+ * the same bytes (tile by tile: for callers without codes, the tests).
  * The step order is attention.c's (tiles are REDUCED_TILE queries: the staged keys serve more
  * rows), and every quantity a row uses (its own scale, a key's scale, the step's order) is fixed
  * by the row and the key alone: a row's output is still the same bits whatever else is in the
@@ -26,13 +27,13 @@
  * quality benchmark.
  *
  * vpdpbusd multiplies unsigned by signed bytes: keys are stored +128 (0..255) and each row's
- * sum gets 128 * (the sum of its int8 values) taken back.
+ * sum gets 128 * (the sum of its int8 values) taken back; probabilities are unsigned already.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "attention.h"
-#include "key_codes.h"
+#include "kv_codes.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 /* attention_amx.c's unit serves: faster on every CPU that has AMX */
@@ -40,9 +41,9 @@
 #include <immintrin.h>
 
 #define SCORE_ROWS 8 /* 8 rows x 2 vectors of int32 sums */
-#define VALUE_ROWS 6 /* 6 rows x 4 slices of float sums, plus 4 value slices */
+#define VALUE_ROWS 6 /* 6 rows x 4 slices of int32 sums, plus 4 value slices */
 #define VALUE_SLICES 4
-#define PAIRS (STEP / 2)
+#define GROUPS (STEP / 4) /* a step's lanes of four keys */
 #define ALIGN(n) (((n) + 63) & ~(int64_t)63)
 
 typedef struct {
@@ -52,68 +53,57 @@ typedef struct {
     int64_t rows;
     float *q_scale;   /* [rows] */
     int32_t *q_bias;  /* [rows]: 128 * the sum of the row's int8 values */
-    /* the step's keys and values, staged (stage_step) in `own` or once per call (attention.c);
-     * keys from the cache's codes where it has them (key_codes.h) */
+    /* the step's keys and values: from the cache's codes where it has them (kv_codes.h), else
+     * staged (stage_step) in `own` */
     const uint32_t *k0, *k1; /* [head_dim / 4][k_stride]: the step's two vectors of keys, four
                                 dims as bytes (+128) a lane */
     int64_t k_stride;
     const float *k_scale0, *k_scale1; /* [KEYS] each */
-    const uint32_t *v;    /* [PAIRS][head_dim]: two keys' bfloat16 values of one dim a lane */
-    const float *vf;      /* [STEP][head_dim]: or the step's values as float32 */
-    void *own;            /* step_bytes(head_dim, 1, 1): the most a step takes */
+    const uint32_t *v0, *v1; /* [KEYS / 4][head_dim]: the step's two vectors of values, four
+                                keys' bytes of one dim a lane */
+    const float *v_scale0, *v_scale1; /* [KEYS] each */
+    void *own;        /* step_bytes(head_dim): a step staged by its tile */
     float *p;         /* [rows][STEP]: the step's probabilities */
-    uint32_t *pairs;  /* [rows][PAIRS]: the same as bfloat16 pairs */
+    uint32_t *weights; /* [rows][GROUPS]: the same times each key's value scale, as bytes, four
+                          keys a lane, in units of the row's weight_scale */
+    float *weight_scale; /* [rows] */
     float *acc;       /* [rows][head_dim] */
     float *total;     /* [rows][KEYS] */
     float *max, *rescale; /* [rows] */
 } reduced_scratch;
 
-/* Whether values are summed in float32 FMAs (else vdpbf16ps): see the top of this file. */
-static int values_in_float32(int32_t asked) {
-    if (asked != REDUCED_VALUES_AUTO) return asked == REDUCED_VALUES_F32;
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel");
-}
-
-const char *attention_reduced_kind(void) {
-    return values_in_float32(REDUCED_VALUES_AUTO) ? "int8 scores, float32 values"
-                                                  : "int8 scores, bfloat16 values";
-}
+const char *attention_reduced_kind(void) { return "int8 scores, int8 values"; }
 
 int attention_reduced_available(void) { return 1; }
 
-/* A staged step's keys ([head_dim / 4][STEP] lanes, then [STEP] scales; none where the cache
- * has codes) and values (as pairs, or f32: as float32), in bytes. */
-static int64_t keys_bytes(int64_t hd, int keys) {
-    return keys ? ALIGN(hd * STEP) + ALIGN(4 * STEP) : 0;
+/* A staged step's bytes: keys ([head_dim / 4][STEP] lanes, then [STEP] scales), then values
+ * ([GROUPS][head_dim] lanes, then [STEP] scales). */
+static int64_t step_bytes(int64_t hd) {
+    return 2 * (ALIGN(hd * STEP) + ALIGN(4 * STEP));
 }
 
-static int64_t step_bytes(int64_t hd, int f32, int keys) {
-    return keys_bytes(hd, keys) + 4 * (f32 ? STEP : PAIRS) * hd;
+static void point_at_step(reduced_scratch *w, const char *step, int64_t hd) {
+    w->k0 = (const uint32_t *)step, w->k1 = w->k0 + KEYS, w->k_stride = STEP;
+    w->k_scale0 = (const float *)(step + ALIGN(hd * STEP)), w->k_scale1 = w->k_scale0 + KEYS;
+    const char *values = step + step_bytes(hd) / 2;
+    w->v0 = (const uint32_t *)values, w->v1 = w->v0 + (KEYS / 4) * hd;
+    w->v_scale0 = (const float *)(values + ALIGN(hd * STEP)), w->v_scale1 = w->v_scale0 + KEYS;
 }
 
-static void point_at_step(reduced_scratch *w, const char *step, int64_t hd, int keys) {
-    if (keys) {
-        w->k0 = (const uint32_t *)step, w->k1 = w->k0 + KEYS, w->k_stride = STEP;
-        w->k_scale0 = (const float *)(step + ALIGN(hd * STEP)), w->k_scale1 = w->k_scale0 + KEYS;
-    }
-    w->v = (const uint32_t *)(step + keys_bytes(hd, keys));
-    w->vf = (const float *)w->v; /* one or the other, as the unit sums values */
-}
-
-/* The step's keys read in place from the cache's codes: each vector's block. */
+/* The step's keys and values read in place from the cache's codes: each vector's block. */
 static void point_at_codes(reduced_scratch *w, const attention_args *a, int64_t s, int64_t kh,
                            int64_t t0, int64_t count) {
     const int64_t hd = a->head_dim, bs = a->block_size;
     const int64_t *table = a->block_tables + s * a->max_blocks;
     for (int c = 0; c < VECTORS; c++) { /* past the context: t0's, its scores are cut */
         const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
-        const uint32_t *block = key_codes_block((uint32_t *)a->k_codes, table[t / bs], kh,
-                                                a->num_kv_heads, hd, bs);
-        const uint32_t *lanes = block + t % bs;
-        const float *scales = (const float *)(block + (hd / 4) * bs) + t % bs;
-        *(c ? &w->k1 : &w->k0) = lanes;
-        *(c ? &w->k_scale1 : &w->k_scale0) = scales;
+        uint32_t *block = kv_codes_block((uint32_t *)a->kv_codes, table[t / bs], kh,
+                                         a->num_kv_heads, hd, bs);
+        *(c ? &w->k1 : &w->k0) = block + t % bs;
+        *(c ? &w->k_scale1 : &w->k_scale0) = (const float *)(block + (hd / 4) * bs) + t % bs;
+        const uint32_t *value_codes = value_codes_of(block, hd, bs);
+        *(c ? &w->v1 : &w->v0) = value_codes + (t % bs / 4) * hd;
+        *(c ? &w->v_scale1 : &w->v_scale0) = (const float *)(value_codes + (bs / 4) * hd) + t % bs;
     }
     w->k_stride = bs;
 }
@@ -124,9 +114,10 @@ static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
     TAKE(q, rows * hd);
     TAKE(q_scale, 4 * rows);
     TAKE(q_bias, 4 * rows);
-    TAKE(own, step_bytes(hd, 1, 1));
+    TAKE(own, step_bytes(hd));
     TAKE(p, 4 * rows * STEP);
-    TAKE(pairs, 4 * rows * PAIRS);
+    TAKE(weights, 4 * rows * GROUPS);
+    TAKE(weight_scale, 4 * rows);
     TAKE(acc, 4 * rows * hd);
     TAKE(total, 4 * rows * KEYS);
     TAKE(max, 4 * rows);
@@ -180,49 +171,53 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
     }
 }
 
+/* n (at most KEYS) values (rows `stride` apart) as int8 with a scale each (max |v| / 127; 0
+ * stays 0; kv_codes.h's rounding), four keys' bytes of one dim a lane ([KEYS / 4][hd] lanes);
+ * keys from n on are zeros. */
+static inline void stage_values(const _Float16 *vb, int64_t stride, int64_t n, int64_t hd,
+                                     uint32_t *lanes, float *scale) {
+    float inverse[KEYS];
+    for (int t = 0; t < KEYS; t++) {
+        __m512 top = _mm512_setzero_ps();
+        for (int64_t d = 0; t < n && d < hd; d += 16)
+            top = _mm512_max_ps(top, _mm512_abs_ps(f16_vector(vb + t * stride + d)));
+        const float most = _mm512_reduce_max_ps(top);
+        scale[t] = most * (1.f / 127.f);
+        inverse[t] = most > 0.f ? 127.f / most : 0.f;
+    }
+    for (int g = 0; g < KEYS / 4; g++)
+        for (int64_t d = 0; d < hd; d += 16) {
+            __m512i lane = _mm512_setzero_si512();
+            for (int i = 0; i < 4 && 4 * g + i < n; i++) {
+                const __m512i code = _mm512_cvtps_epi32(_mm512_mul_ps(
+                    f16_vector(vb + (4 * g + i) * stride + d), _mm512_set1_ps(inverse[4 * g + i])));
+                lane = _mm512_or_si512(
+                    lane, _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(255)), 8 * i));
+            }
+            _mm512_storeu_si512(lanes + g * hd + d, lane);
+        }
+}
+
 /* Keys [t0, t0 + count) of sequence s's KV head kh staged as the unit reads them (point_at_step's
- * layout, from `step`): keys as bytes (unless `keys` is 0: the cache has codes), values as
- * bfloat16 pairs or (f32) float32. */
+ * layout, from `step`): keys as bytes +128, values as signed bytes, each with its scale. */
 static void stage_step(const attention_args *a, int64_t s, int64_t kh, int64_t t0, int64_t count,
-                       int f32, int keys, char *step) {
+                       char *step) {
     const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
     const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
     const int64_t *table = a->block_tables + s * a->max_blocks;
     uint32_t *k = (uint32_t *)step;
     float *k_scale = (float *)(step + ALIGN(hd * STEP));
-    char *values = step + keys_bytes(hd, keys);
+    char *values = step + step_bytes(hd) / 2;
     for (int c = 0; c < VECTORS; c++) { /* a vector never crosses a cache block */
         const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
         const int64_t block = table[t / bs], offset = t % bs;
-        if (keys)
-            stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, k + c * KEYS,
-                       k_scale + c * KEYS);
-        const _Float16 *vb = v_cache + ((block * bs + offset) * kv + kh) * hd;
-        if (f32) {
-            float *vf = (float *)values;
-            for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j++)
-                for (int64_t d = 0; d < hd; d += 16)
-                    _mm512_storeu_ps(vf + j * hd + d, f16_vector(vb + (j - c * KEYS) * kv * hd + d));
-            continue;
-        }
-        for (int64_t j = c * KEYS; j < count && j < (c + 1) * KEYS; j += 2) {
-            const int64_t at = j - c * KEYS;
-            stage_value_pair(vb + at * kv * hd, j + 1 < count ? vb + (at + 1) * kv * hd : NULL, hd,
-                             (uint32_t *)values + (j / 2) * hd);
-        }
+        stage_keys(k_cache + (block * kv + kh) * hd * bs + offset, bs, hd, k + c * KEYS,
+                   k_scale + c * KEYS);
+        const int64_t n = count - c * KEYS;
+        stage_values(v_cache + ((block * bs + offset) * kv + kh) * hd, kv * hd,
+                     n < 0 ? 0 : n > KEYS ? KEYS : n, hd, (uint32_t *)values + c * (KEYS / 4) * hd,
+                     (float *)(values + ALIGN(hd * STEP)) + c * KEYS);
     }
-}
-
-int64_t attention_reduced_step_bytes(const attention_args *a) {
-    return step_bytes(a->head_dim, values_in_float32(a->reduced_values), a->k_codes == NULL);
-}
-
-void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
-                             int64_t last, void *staged) {
-    const int f32 = values_in_float32(a->reduced_values), keys = a->k_codes == NULL;
-    const int64_t bytes = step_bytes(a->head_dim, f32, keys);
-    for (int64_t i = first; i < last; i++)
-        stage_step(a, s, kh, i * STEP, STEP, f32, keys, (char *)staged + i * bytes);
 }
 
 /* acc + the byte products of u (unsigned) and s (signed), four a lane: vpdpbusd, written out
@@ -273,72 +268,108 @@ static inline void scores_any(const reduced_scratch *w, int64_t r0, int64_t hd, 
     }
 }
 
+/* The lanes' maximum of each of 4 vectors, in lanes 4i..4i+3 (the vectors' 256- and 128-bit
+ * halves folded onto each other: one tree for all four, not four reductions). */
+static inline __m512 max_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
+    const __m512 ab = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    const __m512 cd = _mm512_max_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 m = _mm512_max_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
+    return _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));
+}
+
+/* R rows' step probabilities (p, from row r0) times each key's value scale as bytes (0..255,
+ * four keys a lane), each row with the scale that takes them back: its most / 255. */
+static inline void quantize_weights(reduced_scratch *w, int64_t r0, int R) {
+    __m512 weights[SCORE_ROWS][VECTORS], top[SCORE_ROWS];
+    /* a key past the context (its probability 0) may have any scale the cache holds: left out */
+    const __m512 v_scale0 = _mm512_loadu_ps(w->v_scale0), v_scale1 = _mm512_loadu_ps(w->v_scale1);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int r = 0; r < SCORE_ROWS; r++) {
+        const __m512 p0 = _mm512_loadu_ps(w->p + (r0 + (r < R ? r : 0)) * STEP);
+        const __m512 p1 = _mm512_loadu_ps(w->p + (r0 + (r < R ? r : 0)) * STEP + KEYS);
+        weights[r][0] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p0, zero, _CMP_GT_OQ), p0, v_scale0);
+        weights[r][1] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p1, zero, _CMP_GT_OQ), p1, v_scale1);
+        top[r] = _mm512_max_ps(weights[r][0], weights[r][1]);
+    }
+    float most[2][16], inverse[2][16];
+    for (int half = 0; half < 2; half++) {
+        const __m512 m = max_of_four(top[4 * half], top[4 * half + 1], top[4 * half + 2],
+                                     top[4 * half + 3]);
+        _mm512_storeu_ps(most[half], m);
+        _mm512_storeu_ps(inverse[half],
+                         _mm512_maskz_div_ps(_mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                             _mm512_set1_ps(255.f), m));
+    }
+    for (int r = 0; r < R; r++) {
+        const __m512 scale = _mm512_set1_ps(inverse[r / 4][4 * (r % 4)]);
+        uint32_t *codes = w->weights + (r0 + r) * GROUPS;
+        for (int c = 0; c < VECTORS; c++)
+            _mm_storeu_si128((__m128i *)(codes + 4 * c), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(
+                                                             _mm512_mul_ps(weights[r][c], scale))));
+        w->weight_scale[r0 + r] = most[r / 4][4 * (r % 4)] * (1.f / 255.f);
+    }
+}
+
 /* acc = acc * rescale + the step's first `count` keys' values weighted by their probabilities,
- * for R rows from r0 and S slices of 16 dims from d0: in float32 FMAs (f32: vf, p) or by
- * vdpbf16ps over pairs of keys (v, pairs). */
+ * for R rows from r0 and S slices of 16 dims from d0: the byte products of weights and values
+ * summed exactly in int32 (vpdpbusd, four keys a lane), then scaled into acc once. */
 static inline __attribute__((always_inline)) void values_for(const reduced_scratch *w, int64_t r0,
                                                             int64_t hd, int64_t d0, int64_t count,
-                                                            const int R, const int S,
-                                                            const int f32) {
-    __m512 a[VALUE_ROWS][VALUE_SLICES];
+                                                            const int R, const int S) {
+    __m512i sums[VALUE_ROWS][VALUE_SLICES];
     for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++)
-            a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c),
-                                    _mm512_set1_ps(w->rescale[r0 + r]));
-    const int64_t n = f32 ? count : (count + 1) / 2;
-    for (int64_t j = 0; j < n; j++) {
-        __m512 value[VALUE_SLICES];
+        for (int c = 0; c < S; c++) sums[r][c] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < (count + 3) / 4; g++) {
+        const uint32_t *lanes = g < KEYS / 4 ? w->v0 + g * hd : w->v1 + (g - KEYS / 4) * hd;
+        __m512i value[VALUE_SLICES];
         for (int c = 0; c < S; c++) {
-            value[c] = f32 ? _mm512_loadu_ps(w->vf + j * hd + d0 + 16 * c)
-                           : _mm512_castsi512_ps(_mm512_loadu_si512(w->v + j * hd + d0 + 16 * c));
+            value[c] = _mm512_loadu_si512(lanes + d0 + 16 * c);
             PIN(value[c]);
         }
         for (int r = 0; r < R; r++) {
-            if (f32) {
-                const __m512 p = _mm512_set1_ps(w->p[(r0 + r) * STEP + j]);
-                for (int c = 0; c < S; c++) a[r][c] = _mm512_fmadd_ps(value[c], p, a[r][c]);
-            } else {
-                const __m512 p = _mm512_castsi512_ps(
-                    _mm512_set1_epi32((int32_t)w->pairs[(r0 + r) * PAIRS + j]));
-                for (int c = 0; c < S; c++)
-                    a[r][c] = _mm512_dpbf16_ps(a[r][c], (__m512bh)value[c], (__m512bh)p);
-            }
+            const __m512i four = _mm512_set1_epi32((int32_t)w->weights[(r0 + r) * GROUPS + g]);
+            for (int c = 0; c < S; c++) sums[r][c] = dot_bytes(sums[r][c], four, value[c]);
         }
     }
-    for (int r = 0; r < R; r++)
-        for (int c = 0; c < S; c++) _mm512_storeu_ps(w->acc + (r0 + r) * hd + d0 + 16 * c, a[r][c]);
+    for (int r = 0; r < R; r++) {
+        const __m512 rescale = _mm512_set1_ps(w->rescale[r0 + r]);
+        const __m512 scale = _mm512_set1_ps(w->weight_scale[r0 + r]);
+        for (int c = 0; c < S; c++) {
+            float *acc = w->acc + (r0 + r) * hd + d0 + 16 * c;
+            _mm512_storeu_ps(acc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r][c]), scale,
+                                                  _mm512_mul_ps(_mm512_loadu_ps(acc), rescale)));
+        }
+    }
 }
 
 static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
-                                                             int64_t hd, int64_t count, const int R,
-                                                             const int f32) {
+                                                             int64_t hd, int64_t count, const int R) {
     int64_t d0 = 0;
     for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
-        values_for(w, r0, hd, d0, count, R, VALUE_SLICES, f32);
-    for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, count, R, 1, f32);
+        values_for(w, r0, hd, d0, count, R, VALUE_SLICES);
+    for (; d0 < hd; d0 += 16) values_for(w, r0, hd, d0, count, R, 1);
 }
 
-static inline __attribute__((always_inline)) void values_any(const reduced_scratch *w, int64_t r0,
-                                                            int64_t hd, int64_t count, int R,
-                                                            const int f32) {
+static inline void values_any(const reduced_scratch *w, int64_t r0, int64_t hd, int64_t count,
+                              int R) {
     switch (R) {
-    case 1: values_rows(w, r0, hd, count, 1, f32); break;
-    case 2: values_rows(w, r0, hd, count, 2, f32); break;
-    case 3: values_rows(w, r0, hd, count, 3, f32); break;
-    case 4: values_rows(w, r0, hd, count, 4, f32); break;
-    case 5: values_rows(w, r0, hd, count, 5, f32); break;
-    default: values_rows(w, r0, hd, count, VALUE_ROWS, f32); break;
+    case 1: values_rows(w, r0, hd, count, 1); break;
+    case 2: values_rows(w, r0, hd, count, 2); break;
+    case 3: values_rows(w, r0, hd, count, 3); break;
+    case 4: values_rows(w, r0, hd, count, 4); break;
+    case 5: values_rows(w, r0, hd, count, 5); break;
+    default: values_rows(w, r0, hd, count, VALUE_ROWS); break;
     }
 }
 
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            const void *staged, void *memory) {
+                            void *memory) {
     const float *q = a->q;
     const int64_t hd = a->head_dim;
     const reduced_shape u = reduced_shape_of(a, s, tile);
     const int64_t n = u.n, group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
-    const int f32_values = values_in_float32(a->reduced_values), keys = a->k_codes == NULL;
     reduced_scratch w;
     carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
     w.rows = rows;
@@ -358,16 +389,14 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     memset(w.acc, 0, sizeof(float) * (size_t)(rows * hd));
     for (int64_t t0 = 0; t0 < last_ctx; t0 += STEP) {
         const int64_t count = last_ctx - t0 < STEP ? last_ctx - t0 : STEP;
-        /* a whole step is the same bytes staged here or once for all the sequence's tiles; a
-         * tile's last, partial step is staged here (its value pairs end in zeros at count) */
-        if (staged != NULL && count == STEP) {
-            point_at_step(&w, (const char *)staged + (t0 / STEP) * step_bytes(hd, f32_values, keys),
-                          hd, keys);
+        /* without codes, each step is staged here (a partial one's values end in zeros at
+         * count): the same bytes as the codes */
+        if (a->kv_codes != NULL) {
+            point_at_codes(&w, a, s, kh, t0, count);
         } else {
-            stage_step(a, s, kh, t0, count, f32_values, keys, w.own);
-            point_at_step(&w, w.own, hd, keys);
+            stage_step(a, s, kh, t0, count, w.own);
+            point_at_step(&w, w.own, hd);
         }
-        if (!keys) point_at_codes(&w, a, s, kh, t0, count);
         /* rows of queries that see none of these keys skip the step */
         const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;
         for (int64_t r0 = first_row; r0 < rows; r0 += SCORE_ROWS) {
@@ -377,22 +406,16 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
             for (int r = 0; r < R; r++) {
                 const int64_t row = r0 + r;
                 vk total = load_k(w.total + row * KEYS);
-                float *p = w.p + row * STEP;
                 softmax_step((const vk *)(sc + r * VECTORS), VECTORS, first_ctx + row / group - t0,
-                             w.max + row, &total, p, w.rescale + row, 1);
+                             w.max + row, &total, w.p + row * STEP, w.rescale + row, 1);
                 store_k(w.total + row * KEYS, total);
-                if (!f32_values)
-                    _mm512_storeu_si512(w.pairs + row * PAIRS, (__m512i)_mm512_cvtne2ps_pbh(
-                                        _mm512_loadu_ps(p + 16), _mm512_loadu_ps(p)));
             }
+            quantize_weights(&w, r0, R);
         }
         /* a row's probabilities past its own context are zero: one count for every row */
         for (int64_t r0 = first_row; r0 < rows; r0 += VALUE_ROWS) {
             const int R = rows - r0 < VALUE_ROWS ? (int)(rows - r0) : VALUE_ROWS;
-            if (f32_values) /* a constant in each call: the two ways are compiled apart */
-                values_any(&w, r0, hd, count, R, 1);
-            else
-                values_any(&w, r0, hd, count, R, 0);
+            values_any(&w, r0, hd, count, R);
         }
     }
     reduced_write_out(a, &u, tile, kh, w.acc, w.total);
@@ -407,22 +430,8 @@ int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
     return 0;
 }
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
-                            const void *staged, void *memory) {
-    (void)a, (void)s, (void)tile, (void)kh, (void)staged, (void)memory;
+                            void *memory) {
+    (void)a, (void)s, (void)tile, (void)kh, (void)memory;
 }
 
-#endif
-
-#if !(defined(__AVX512VNNI__) && defined(__AVX512BF16__)) || \
-    (defined(__AMX_TILE__) && defined(__AMX_BF16__))
-/* No int8 unit in this build: nothing is staged once per call (the AMX unit stages its own, per
- * tile; the float32 unit serves the rest). */
-int64_t attention_reduced_step_bytes(const attention_args *a) {
-    (void)a;
-    return 0;
-}
-void attention_reduced_stage(const attention_args *a, int64_t s, int64_t kh, int64_t first,
-                             int64_t last, void *staged) {
-    (void)a, (void)s, (void)kh, (void)first, (void)last, (void)staged;
-}
 #endif

@@ -28,7 +28,7 @@ SOURCES = (
     "kv_move.c",
     "forward.c",
 )
-HEADERS = ("cpu.h", "vec.h", "vec_keys.h", "attention.h", "key_codes.h")
+HEADERS = ("cpu.h", "vec.h", "vec_keys.h", "attention.h", "kv_codes.h")
 # No fast-math: the kernels' summation orders must be the ones the code spells out. FMA
 # contraction is on explicitly (ISO C mode turns it off); it applies the same way to every call.
 _FLAGS = [

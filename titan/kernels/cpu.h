@@ -68,16 +68,6 @@ enum attention_dtype {
     ATTENTION_F32_F16_CACHE = 2,
     ATTENTION_F32_F16_CACHE_REDUCED = 3,
 };
-
-/* How attention_reduced.c's int8 unit sums values: as this CPU does it fastest (float32 FMAs on
- * Intel, where vdpbf16ps summed half the products a cycle that FMAs do; bfloat16 elsewhere: on a
- * Zen 4 EPYC the bfloat16 unit ran 1.8x the float32 one), or as asked (the tests run both). The
- * AMX unit ignores it. */
-enum reduced_values {
-    REDUCED_VALUES_AUTO = 0,
-    REDUCED_VALUES_BF16 = 1,
-    REDUCED_VALUES_F32 = 2,
-};
 typedef struct {
     const void *q;                  /* [T, heads, head_dim] */
     const void *k_cache;            /* [blocks, kv_heads, head_dim, block_size] */
@@ -90,9 +80,9 @@ typedef struct {
     int64_t q_stride, out_stride;   /* elements from one token's row to the next */
     float scale;
     int32_t dtype;                  /* enum attention_dtype */
-    int32_t reduced_values;         /* enum reduced_values: attention_reduced.c's value sums */
-    const void *k_codes;            /* NULL, or the K cache's int8 codes (key_codes.h), which the
-                                       int8 unit then reads instead of rounding keys itself */
+    const void *kv_codes;           /* NULL, or the caches' int8 codes (kv_codes.h), which the
+                                       int8 unit then reads instead of rounding keys and values
+                                       itself */
 } attention_args;
 
 /* 0, or -1 when the shapes are beyond the kernel, -2 when out of memory. */
@@ -105,14 +95,16 @@ typedef struct {
     const int64_t *source_slots, *destination_slots; /* [num_tokens], never overlapping */
     int64_t num_layers, num_tokens, num_kv_heads, head_dim, block_size;
     const float *cos, *sin; /* [head_dim / 2] of the shift, to rotate keys back; NULL: a copy */
-    uint32_t *const *k_codes; /* NULL, or [num_layers] key codes (key_codes.h) to write too */
+    uint32_t *const *kv_codes; /* NULL, or [num_layers] KV codes (kv_codes.h) to write too */
 } kv_move_args;
 
-/* 0, or -1 for an odd head_dim (with key codes: one that is no multiple of 16 or over 256). */
+/* 0, or -1 for an odd head_dim (with KV codes: a head_dim that is no multiple of 16 or over
+ * 256, or a block_size no multiple of 16). */
 int kv_move(pool *p, const kv_move_args *a);
-/* The key codes (key_codes.h) of every key in num_blocks blocks of a float16 K cache: 0, or -1
- * for a head_dim that is no multiple of 16 or over 256. */
-int key_codes(pool *p, const _Float16 *k_cache, int64_t num_blocks, int64_t num_kv_heads,
-              int64_t head_dim, int64_t block_size, uint32_t *codes);
+/* The codes (kv_codes.h) of every key and value in num_blocks blocks of float16 K and V caches:
+ * 0, or -1 for a head_dim that is no multiple of 16 or over 256, or a block_size no multiple of
+ * 16. */
+int kv_codes(pool *p, const _Float16 *k_cache, const _Float16 *v_cache, int64_t num_blocks,
+             int64_t num_kv_heads, int64_t head_dim, int64_t block_size, uint32_t *codes);
 
 #endif

@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "cpu.h"
-#include "key_codes.h"
+#include "kv_codes.h"
 #include "vec.h"
 
 typedef struct {
@@ -29,7 +29,7 @@ typedef struct {
     qweight down;            /* [H, I] */
     _Float16 *k_cache;       /* [blocks, kv_heads, head_dim, block_size] */
     _Float16 *v_cache;       /* [blocks, block_size, kv_heads, head_dim] */
-    uint32_t *k_codes;       /* NULL, or the K cache's int8 codes (key_codes.h) */
+    uint32_t *kv_codes;       /* NULL, or the K cache's int8 codes (kv_codes.h) */
 } layer_weights;
 
 typedef struct {
@@ -149,13 +149,13 @@ static void rope_item(void *ctx, int64_t t, int thread) {
         k_block[i * m->block_size + offset] = (_Float16)k[i];
         v_slot[i] = (_Float16)v[i];
     }
-    for (int64_t h = 0; j->layer->k_codes != NULL && h < m->num_kv_heads; h++) {
-        float stored[KEY_CODE_MAX_DIM]; /* the key as the cache holds it: float16 */
+    for (int64_t h = 0; j->layer->kv_codes != NULL && h < m->num_kv_heads; h++) {
+        uint32_t *codes = kv_codes_block(j->layer->kv_codes, block, h, m->num_kv_heads, hd,
+                                         m->block_size);
+        float stored[KV_CODE_MAX_DIM]; /* the key as the cache holds it: float16 */
         for (int64_t d = 0; d < hd; d++) stored[d] = (float)(_Float16)k[h * hd + d];
-        write_key_code(stored, hd,
-                       key_codes_block(j->layer->k_codes, block, h, m->num_kv_heads, hd,
-                                       m->block_size),
-                       m->block_size, offset);
+        write_key_code(stored, hd, codes, m->block_size, offset);
+        write_value_code_f16(v_slot + h * hd, hd, codes, m->block_size, offset);
     }
 }
 
@@ -198,7 +198,7 @@ static void attend(pool *p, const layer_job *j) {
         .q_stride = (m->num_heads + 2 * m->num_kv_heads) * m->head_dim,
         .out_stride = m->num_heads * m->head_dim,
         .scale = 1.f / sqrtf((float)m->head_dim), .dtype = m->attention_dtype,
-        .k_codes = j->layer->k_codes,
+        .kv_codes = j->layer->kv_codes,
     };
     if (attention(p, &a) != 0) abort(); /* shapes were checked when the model loaded */
 }

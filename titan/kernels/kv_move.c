@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cpu.h"
-#include "key_codes.h"
+#include "kv_codes.h"
 
 #define MOVE_CHUNK 256 /* tokens of one layer per pool item */
 
@@ -44,15 +44,17 @@ static void move_item(void *ctx, int64_t item, int thread) {
                     dst[(d + half) * bs] = (_Float16)(x2 * a->cos[d] - x1 * a->sin[d]);
                 }
             }
-            if (a->k_codes != NULL)
-                write_key_code_f16(dst, bs, hd, key_codes_block(a->k_codes[layer], to / bs, h, kv, hd, bs),
-                               bs, to % bs);
+            if (a->kv_codes != NULL) {
+                uint32_t *codes = kv_codes_block(a->kv_codes[layer], to / bs, h, kv, hd, bs);
+                write_key_code_f16(dst, bs, hd, codes, bs, to % bs);
+                write_value_code_f16(v + (to * kv + h) * hd, hd, codes, bs, to % bs);
+            }
         }
     }
 }
 
 typedef struct {
-    const _Float16 *k_cache;
+    const _Float16 *k_cache, *v_cache;
     int64_t kv, hd, bs;
     uint32_t *codes;
 } codes_job;
@@ -61,22 +63,28 @@ static void codes_item(void *ctx, int64_t block, int thread) {
     (void)thread;
     const codes_job *j = ctx;
     for (int64_t h = 0; h < j->kv; h++)
-        for (int64_t offset = 0; offset < j->bs; offset++)
-            write_key_code_f16(j->k_cache + (block * j->kv + h) * j->hd * j->bs + offset, j->bs, j->hd,
-                           key_codes_block(j->codes, block, h, j->kv, j->hd, j->bs), j->bs, offset);
+        for (int64_t offset = 0; offset < j->bs; offset++) {
+            uint32_t *codes = kv_codes_block(j->codes, block, h, j->kv, j->hd, j->bs);
+            write_key_code_f16(j->k_cache + (block * j->kv + h) * j->hd * j->bs + offset, j->bs,
+                               j->hd, codes, j->bs, offset);
+            write_value_code_f16(j->v_cache + ((block * j->bs + offset) * j->kv + h) * j->hd, j->hd,
+                                 codes, j->bs, offset);
+        }
 }
 
-int key_codes(pool *p, const _Float16 *k_cache, int64_t num_blocks, int64_t num_kv_heads,
-              int64_t head_dim, int64_t block_size, uint32_t *codes) {
-    if (head_dim % 16 || head_dim > KEY_CODE_MAX_DIM) return -1;
-    codes_job job = {k_cache, num_kv_heads, head_dim, block_size, codes};
+int kv_codes(pool *p, const _Float16 *k_cache, const _Float16 *v_cache, int64_t num_blocks,
+             int64_t num_kv_heads, int64_t head_dim, int64_t block_size, uint32_t *codes) {
+    if (head_dim % 16 || head_dim > KV_CODE_MAX_DIM || block_size % 16) return -1;
+    codes_job job = {k_cache, v_cache, num_kv_heads, head_dim, block_size, codes};
     pool_run(p, codes_item, &job, num_blocks);
     return 0;
 }
 
 int kv_move(pool *p, const kv_move_args *a) {
     if (a->head_dim % 2 || a->num_tokens < 0) return -1;
-    if (a->k_codes != NULL && (a->head_dim % 16 || a->head_dim > KEY_CODE_MAX_DIM)) return -1;
+    if (a->kv_codes != NULL &&
+        (a->head_dim % 16 || a->head_dim > KV_CODE_MAX_DIM || a->block_size % 16))
+        return -1;
     const int64_t chunks = (a->num_tokens + MOVE_CHUNK - 1) / MOVE_CHUNK;
     pool_run(p, move_item, (void *)a, chunks * a->num_layers);
     return 0;

@@ -32,8 +32,8 @@ class AttentionArgs(ctypes.Structure):
         ("query_starts", _P), ("first_positions", _P), ("out", _P),
         ("num_seqs", _I64), ("num_heads", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
         ("block_size", _I64), ("max_blocks", _I64), ("q_stride", _I64), ("out_stride", _I64),
-        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32), ("reduced_values", ctypes.c_int32),
-        ("k_codes", _P),
+        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32),
+        ("kv_codes", _P),
     ]  # fmt: skip
 
 
@@ -41,7 +41,7 @@ class LayerWeights(ctypes.Structure):
     _fields_ = [
         ("input_norm", _P), ("qkv", QWeight), ("o_proj", QWeight), ("post_norm", _P),
         ("gate_up", QWeight), ("down", QWeight), ("k_cache", _P), ("v_cache", _P),
-        ("k_codes", _P),
+        ("kv_codes", _P),
     ]  # fmt: skip
 
 
@@ -59,7 +59,7 @@ class KVMoveArgs(ctypes.Structure):
     _fields_ = [
         ("k_caches", _P), ("v_caches", _P), ("source_slots", _P), ("destination_slots", _P),
         ("num_layers", _I64), ("num_tokens", _I64), ("num_kv_heads", _I64), ("head_dim", _I64),
-        ("block_size", _I64), ("cos", _P), ("sin", _P), ("k_codes", _P),
+        ("block_size", _I64), ("cos", _P), ("sin", _P), ("kv_codes", _P),
     ]  # fmt: skip
 
 
@@ -72,22 +72,20 @@ class Step(ctypes.Structure):
     ]  # fmt: skip
 
 
-KEY_CODE_MAX_DIM = 256  # key_codes.h: head dims with key codes, a multiple of 16 up to this
+KV_CODE_MAX_DIM = 256  # kv_codes.h: head dims with codes, a multiple of 16 up to this
 
 
-def key_codes_shape(blocks: int, kv_heads: int, head_dim: int, block_size: int) -> tuple:
-    """The int8 unit's key codes beside a K cache (key_codes.h): per block and KV head,
-    head_dim / 4 words of four int8 dims and one float scale for each of its keys."""
-    return (blocks, kv_heads, head_dim // 4 + 1, block_size)
+def kv_codes_shape(blocks: int, kv_heads: int, head_dim: int, block_size: int) -> tuple:
+    """The int8 unit's codes beside a KV cache (kv_codes.h): per block and KV head, for each
+    of its keys and again for each of its values, head_dim / 4 words of four int8 dims and one
+    float scale."""
+    return (blocks, kv_heads, 2 * (head_dim // 4 + 1), block_size)
 
 
 ATTENTION_F32 = 0
 ATTENTION_BF16 = 1
 ATTENTION_F32_F16_CACHE = 2
 ATTENTION_F32_F16_CACHE_REDUCED = 3  # attention_amx.c or attention_reduced.c, where the CPU can
-# How attention_reduced.c sums values (cpu.h's enum reduced_values): as the CPU does it fastest,
-# or as asked
-REDUCED_VALUES_AUTO, REDUCED_VALUES_BF16, REDUCED_VALUES_F32 = 0, 1, 2
 
 
 def pointer(array: np.ndarray | None) -> int | None:
@@ -120,8 +118,8 @@ class CpuKernels:
         lib.attention_reduced_kind.restype = ctypes.c_char_p
         lib.kv_move.argtypes = [_P, ctypes.POINTER(KVMoveArgs)]
         lib.kv_move.restype = ctypes.c_int
-        lib.key_codes.argtypes = [_P, _P, _I64, _I64, _I64, _I64, _P]
-        lib.key_codes.restype = ctypes.c_int
+        lib.kv_codes.argtypes = [_P, _P, _P, _I64, _I64, _I64, _I64, _P]
+        lib.kv_codes.restype = ctypes.c_int
         lib.titan_forward.argtypes = [_P, ctypes.POINTER(Model), ctypes.POINTER(Step)]
         lib.titan_forward.restype = ctypes.c_int
         self.num_threads = num_threads
@@ -142,9 +140,9 @@ class CpuKernels:
         return bool(self._lib.attention_reduced_available())
 
     @property
-    def reads_key_codes(self) -> bool:
-        """Whether the reduced unit is attention_reduced.c's int8 one, which reads the K cache's
-        int8 codes (key_codes.h) where the caller keeps them."""
+    def reads_kv_codes(self) -> bool:
+        """Whether the reduced unit is attention_reduced.c's int8 one, which reads the KV cache's
+        int8 codes (kv_codes.h) where the caller keeps them."""
         return self.reduced_attention_kind.startswith("int8")
 
     @property
@@ -182,19 +180,29 @@ class CpuKernels:
         if status != 0:
             raise RuntimeError(f"the KV move kernel failed ({status})")
 
-    def key_codes(self, k_cache: np.ndarray, codes: np.ndarray) -> None:
-        """Every key of a float16 K cache ``[blocks, kv_heads, head_dim, block_size]`` as the
-        int8 unit's codes, into ``codes`` (int32, ``key_codes_shape``)."""
+    def kv_codes(self, k_cache: np.ndarray, v_cache: np.ndarray, codes: np.ndarray) -> None:
+        """Every key and value of float16 caches (K ``[blocks, kv_heads, head_dim, block_size]``,
+        V ``[blocks, block_size, kv_heads, head_dim]``) as the int8 unit's codes, into ``codes``
+        (int32, ``kv_codes_shape``)."""
         blocks, kv_heads, head_dim, block_size = k_cache.shape
-        expected = key_codes_shape(blocks, kv_heads, head_dim, block_size)
-        if k_cache.dtype != np.float16 or codes.dtype != np.int32 or codes.shape != expected:
-            raise ValueError("key codes need a float16 K cache and int32 codes of its shape")
-        if not (k_cache.flags.c_contiguous and codes.flags.c_contiguous):
-            raise ValueError("key codes need contiguous arrays")
-        status = self._lib.key_codes(self._pool, pointer(k_cache), blocks, kv_heads, head_dim,
-                                     block_size, pointer(codes))  # fmt: skip
+        expected = kv_codes_shape(blocks, kv_heads, head_dim, block_size)
+        if (
+            k_cache.dtype != np.float16
+            or v_cache.dtype != np.float16
+            or v_cache.shape != (blocks, block_size, kv_heads, head_dim)
+            or codes.dtype != np.int32
+            or codes.shape != expected
+        ):
+            raise ValueError("KV codes need float16 K and V caches and int32 codes of their shape")
+        if not all(a.flags.c_contiguous for a in (k_cache, v_cache, codes)):
+            raise ValueError("KV codes need contiguous arrays")
+        status = self._lib.kv_codes(self._pool, pointer(k_cache), pointer(v_cache), blocks,
+                                    kv_heads, head_dim, block_size, pointer(codes))  # fmt: skip
         if status != 0:
-            raise ValueError(f"no key codes for head_dim {head_dim} (a multiple of 16 up to 256)")
+            raise ValueError(
+                f"no KV codes for head_dim {head_dim} (a multiple of 16 up to 256) and block_size "
+                f"{block_size} (a multiple of 16)"
+            )
 
     def forward(self, model: Model, step: Step) -> None:
         status = self._lib.titan_forward(self._pool, ctypes.byref(model), ctypes.byref(step))

@@ -23,13 +23,13 @@ from titan.kernels import packing
 from titan.kernels.library import (
     ATTENTION_F32_F16_CACHE,
     ATTENTION_F32_F16_CACHE_REDUCED,
-    KEY_CODE_MAX_DIM,
+    KV_CODE_MAX_DIM,
     CpuKernels,
     KVMoveArgs,
     LayerWeights,
     Model,
     Step,
-    key_codes_shape,
+    kv_codes_shape,
     pointer,
     qweight,
 )
@@ -192,12 +192,13 @@ class QuantizedLlama:
             ),
         )
         self._caches: list[tuple[torch.Tensor, torch.Tensor]] = []
-        # The int8 unit's codes of each layer's keys (key_codes.h), kept beside the K cache: it
-        # reads them instead of rounding every key again at each tile and decode step.
-        self.uses_key_codes = (
-            reduced_attention and kernels.reads_key_codes and config.head_dim <= KEY_CODE_MAX_DIM
+        # The int8 unit's codes of each layer's keys and values (kv_codes.h), kept beside the
+        # cache: it reads them instead of rounding every key and value again at each tile and
+        # decode step.
+        self.uses_kv_codes = (
+            reduced_attention and kernels.reads_kv_codes and config.head_dim <= KV_CODE_MAX_DIM
         )
-        self._key_codes: list[torch.Tensor] = []
+        self._kv_codes: list[torch.Tensor] = []
         # Seconds the kernels spent in matmuls, attention and the rest, since the model loaded.
         self.kernel_seconds = np.zeros(3, dtype=np.float64)
 
@@ -213,39 +214,39 @@ class QuantizedLlama:
         return c.num_hidden_layers * per_layer + (c.vocab_size + head) * c.hidden_size
 
     @property
-    def key_code_bytes(self) -> int:
-        """Bytes of key codes per token, KV head and layer, beside its KV (0: none)."""
-        return 4 * (self.config.head_dim // 4 + 1) if self.uses_key_codes else 0
+    def kv_code_bytes(self) -> int:
+        """Bytes of KV codes per token, KV head and layer, beside its KV (0: none)."""
+        return 8 * (self.config.head_dim // 4 + 1) if self.uses_kv_codes else 0
 
     def bind_cache(self, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Points the layers at the runner's caches; the key codes are this model's own, as many
+        """Points the layers at the runner's caches; the KV codes are this model's own, as many
         blocks as the caches (left unwritten, like them, until a key is)."""
         for slot, (k, v) in zip(self._layers, kv_caches, strict=True):
             if k.dtype != KV_DTYPE or not (k.is_contiguous() and v.is_contiguous()):
                 raise ValueError("the quantized model needs contiguous float16 KV caches")
             slot.k_cache, slot.v_cache = k.data_ptr(), v.data_ptr()
         self._caches = kv_caches  # keeps them alive while C holds their addresses
-        if self.uses_key_codes:
-            shape = key_codes_shape(*kv_caches[0][0].shape)
-            self._key_codes = [torch.empty(shape, dtype=torch.int32) for _ in kv_caches]
-            for slot, codes in zip(self._layers, self._key_codes, strict=True):
-                slot.k_codes = codes.data_ptr()
+        if self.uses_kv_codes:
+            shape = kv_codes_shape(*kv_caches[0][0].shape)
+            self._kv_codes = [torch.empty(shape, dtype=torch.int32) for _ in kv_caches]
+            for slot, codes in zip(self._layers, self._kv_codes, strict=True):
+                slot.kv_codes = codes.data_ptr()
         pointers = ctypes.c_void_p * len(kv_caches)
         self._cache_pointers = (
             pointers(*(k.data_ptr() for k, _ in kv_caches)),
             pointers(*(v.data_ptr() for _, v in kv_caches)),
-            pointers(*(codes.data_ptr() for codes in self._key_codes)),
+            pointers(*(codes.data_ptr() for codes in self._kv_codes)),
         )
 
     @property
-    def key_codes(self) -> list[torch.Tensor]:
-        """Each layer's key codes (empty without them)."""
-        return self._key_codes
+    def kv_codes(self) -> list[torch.Tensor]:
+        """Each layer's KV codes (empty without them)."""
+        return self._kv_codes
 
-    def copy_key_codes(self, copies: list[tuple[int, int]]) -> None:
+    def copy_kv_codes(self, copies: list[tuple[int, int]]) -> None:
         """Copy-on-write's block copies, for the codes (the runner copies the KV)."""
         for source, destination in copies:
-            for codes in self._key_codes:
+            for codes in self._kv_codes:
                 codes[destination].copy_(codes[source])
 
     def move_kv(
@@ -270,7 +271,7 @@ class QuantizedLlama:
             block_size=self._model.block_size,
             cos=pointer(cos),
             sin=pointer(sin),
-            k_codes=ctypes.addressof(self._cache_pointers[2]) if self._key_codes else None,
+            kv_codes=ctypes.addressof(self._cache_pointers[2]) if self._kv_codes else None,
         )
         self.kernels.kv_move(args)
 

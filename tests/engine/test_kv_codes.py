@@ -1,6 +1,7 @@
-"""The int8 attention unit's key codes (kernels/key_codes.h) on the real model: wherever the
-engine writes or moves a key (a prefill, decode steps, copy-on-write of a forked prompt, context
-shift's rotated copy), its codes are the ones computed afresh from the float16 key."""
+"""The int8 attention unit's KV codes (kernels/kv_codes.h) on the real model: wherever the
+engine writes or moves a key or a value (a prefill, decode steps, copy-on-write of a forked
+prompt, context shift's rotated copy), its codes are the ones computed afresh from the float16
+key or value."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ pytestmark = pytest.mark.slow
 def _fresh_codes(engine: Engine) -> list[torch.Tensor]:
     model = engine.core.runner.model
     fresh = []
-    for (keys, _), codes in zip(engine.core.runner.kv_caches, model.key_codes, strict=True):
+    for (keys, values), codes in zip(engine.core.runner.kv_caches, model.kv_codes, strict=True):
         expected = torch.empty_like(codes)
-        model.kernels.key_codes(keys.numpy(), expected.numpy())
+        model.kernels.kv_codes(keys.numpy(), values.numpy(), expected.numpy())
         fresh.append(expected)
     return fresh
 
@@ -29,15 +30,16 @@ def _run_to_end(engine: Engine) -> None:
         engine.step()
 
 
-def test_key_codes_follow_every_key_the_engine_writes():
+def test_kv_codes_follow_every_key_the_engine_writes():
     engine = Engine(EngineConfig(num_kv_blocks=96))  # attention_precision auto
     model = engine.core.runner.model
-    if not getattr(model, "uses_key_codes", False):
-        pytest.skip("this CPU's attention keeps no key codes (no int8 unit here)")
+    if not getattr(model, "uses_kv_codes", False):
+        pytest.skip("this CPU's attention keeps no KV codes (no int8 unit here)")
     # unwritten memory consistent with its codes, so that every block can be compared
-    for (keys, _), codes in zip(engine.core.runner.kv_caches, model.key_codes, strict=True):
+    for (keys, values), codes in zip(engine.core.runner.kv_caches, model.kv_codes, strict=True):
         keys.zero_()
-        model.kernels.key_codes(keys.numpy(), codes.numpy())
+        values.zero_()
+        model.kernels.kv_codes(keys.numpy(), values.numpy(), codes.numpy())
     encode = engine.tokenizer.encode
     system = encode("You are a helpful assistant. Answer in one short sentence.")
     dropped = encode(" The first topic was the printing press in Europe, from Mainz onward.")
@@ -55,8 +57,10 @@ def test_key_codes_follow_every_key_the_engine_writes():
     engine.add_request("b", prompt, SamplingParams(max_tokens=5, temperature=1.0, seed=4),
                        share_prompt_with="a")  # fmt: skip
     _run_to_end(engine)
-    written = 0
-    for codes, fresh in zip(model.key_codes, _fresh_codes(engine), strict=True):
+    keys_written = values_written = 0
+    key_scales = model.config.head_dim // 4  # kv_codes_shape's rows: the keys' scales, then
+    for codes, fresh in zip(model.kv_codes, _fresh_codes(engine), strict=True):  # at -1 values'
         assert torch.equal(codes, fresh)
-        written += int((codes[:, :, -1] != 0).sum())  # keys with a scale: written ones
-    assert written > 0
+        keys_written += int((codes[:, :, key_scales] != 0).sum())  # with a scale: written ones
+        values_written += int((codes[:, :, -1] != 0).sum())
+    assert keys_written > 0 and values_written > 0

@@ -1,0 +1,102 @@
+/*
+ * The int8 attention unit's codes of the float16 KV cache (attention_reduced.c), kept beside it:
+ * each key and each value as int8 with a scale of its own. The unit used to round every key and
+ * value of the context again for each tile of queries and each decode step (a decode step over
+ * 6,000 cached tokens spent most of its attention there); now they are rounded once, where they
+ * are written (forward.c's KV write, kv_move.c's context shift), from the float16 numbers as
+ * stored. The unit's own staging gives the same bytes (its rounding is this one's): the tests
+ * compare the outputs both ways.
+ *
+ * Layout per cache block and KV head:
+ *   keys:   [head_dim / 4][block_size] uint32, a key's four dims as bytes + 128 in a lane (what
+ *           vpdpbusd reads as its unsigned side), then [block_size] float scales;
+ *   values: [block_size / 4][head_dim] uint32, four values' bytes (signed) of one dim in a lane
+ *           (the signed side, against four probabilities), then [block_size] float scales.
+ */
+#ifndef TITAN_KV_CODES_H
+#define TITAN_KV_CODES_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define KV_CODE_WORDS(head_dim) (2 * ((head_dim) / 4 + 1)) /* 32-bit words a token takes */
+#define KV_CODE_MAX_DIM 256 /* head dims with codes: a multiple of 16 up to this */
+
+/* One cache block's codes of KV head kh. */
+static inline uint32_t *kv_codes_block(uint32_t *codes, int64_t block, int64_t kh, int64_t kv,
+                                        int64_t hd, int64_t bs) {
+    return codes + (block * kv + kh) * KV_CODE_WORDS(hd) * bs;
+}
+
+/* The codes of one key into its block's codes at `offset`, from its dims as stored (float16
+ * values, as floats, contiguous): the scale is max |x| / 127 (0 stays 0), each dim
+ * x * 127 / max rounded to nearest even, + 128. */
+static inline void write_key_code(const float *key, int64_t hd, uint32_t *block_codes, int64_t bs,
+                                  int64_t offset) {
+    float top = 0.f;
+    for (int64_t d = 0; d < hd; d++) top = fmaxf(top, fabsf(key[d]));
+    const float inverse = top > 0.f ? 127.f / top : 0.f;
+#if defined(__AVX512F__)
+    for (int64_t d = 0; d < hd; d += 16) { /* 16 dims: four lanes of four bytes */
+        const __m512i codes = _mm512_add_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(key + d), _mm512_set1_ps(inverse))),
+            _mm512_set1_epi32(128));
+        uint32_t lanes[4];
+        _mm_storeu_si128((__m128i *)lanes, _mm512_cvtepi32_epi8(codes));
+        for (int i = 0; i < 4; i++) block_codes[(d / 4 + i) * bs + offset] = lanes[i];
+    }
+#else
+    for (int64_t g = 0; g < hd / 4; g++) {
+        uint32_t lane = 0;
+        for (int i = 0; i < 4; i++) /* nearbyintf: the current rounding, to nearest even */
+            lane |= (uint32_t)((int32_t)nearbyintf(key[4 * g + i] * inverse) + 128) << 8 * i;
+        block_codes[g * bs + offset] = lane;
+    }
+#endif
+    const float scale = top * (1.f / 127.f);
+    memcpy(block_codes + (hd / 4) * bs + offset, &scale, sizeof scale);
+}
+
+/* The same from a key of the K cache (dims `stride` apart, float16). */
+static inline void write_key_code_f16(const _Float16 *key, int64_t stride, int64_t hd,
+                                      uint32_t *block_codes, int64_t bs, int64_t offset) {
+    float dims[KV_CODE_MAX_DIM];
+    for (int64_t d = 0; d < hd; d++) dims[d] = (float)key[d * stride];
+    write_key_code(dims, hd, block_codes, bs, offset);
+}
+
+/* A block's value codes: after its keys' lanes and scales. */
+static inline uint32_t *value_codes_of(uint32_t *block_codes, int64_t hd, int64_t bs) {
+    return block_codes + (hd / 4 + 1) * bs;
+}
+
+/* The codes of one value (float16 numbers, as floats, contiguous) into its block's codes at
+ * `offset`: the scale is max |x| / 127 (0 stays 0), each dim x * 127 / max rounded to nearest
+ * even, as a signed byte. */
+static inline void write_value_code(const float *value, int64_t hd, uint32_t *block_codes,
+                                    int64_t bs, int64_t offset) {
+    float top = 0.f;
+    for (int64_t d = 0; d < hd; d++) top = fmaxf(top, fabsf(value[d]));
+    const float inverse = top > 0.f ? 127.f / top : 0.f;
+    /* byte offset % 4 of each lane (little-endian: bits 8 * (offset % 4) up), stored alone: the
+     * lane's other tokens may be written at the same time by other threads */
+    uint8_t *bytes = (uint8_t *)(value_codes_of(block_codes, hd, bs) + (offset / 4) * hd);
+    for (int64_t d = 0; d < hd; d++) /* nearbyintf: the current rounding, to nearest even */
+        bytes[4 * d + offset % 4] = (uint8_t)(int32_t)nearbyintf(value[d] * inverse);
+    const float scale = top * (1.f / 127.f);
+    memcpy(value_codes_of(block_codes, hd, bs) + (bs / 4) * hd + offset, &scale, sizeof scale);
+}
+
+/* The same from a value of the V cache (float16, contiguous). */
+static inline void write_value_code_f16(const _Float16 *value, int64_t hd, uint32_t *block_codes,
+                                        int64_t bs, int64_t offset) {
+    float dims[KV_CODE_MAX_DIM];
+    for (int64_t d = 0; d < hd; d++) dims[d] = (float)value[d];
+    write_value_code(dims, hd, block_codes, bs, offset);
+}
+
+#endif
