@@ -98,8 +98,8 @@ typedef struct {
     uint32_t *const *kv_codes; /* NULL, or [num_layers] KV codes (kv_codes.h) to write too */
 } kv_move_args;
 
-/* 0, or -1 for an odd head_dim (with KV codes: a head_dim that is no multiple of 16 or over
- * 256, or a block_size no multiple of 16). */
+/* 0, or -1 for an odd head_dim or one over 256 (with KV codes: a head_dim that is no multiple
+ * of 16, or a block_size no multiple of 16). */
 int kv_move(pool *p, const kv_move_args *a);
 /* The codes (kv_codes.h) of every key and value in num_blocks blocks of float16 K and V caches:
  * 0, or -1 for a head_dim that is no multiple of 16 or over 256, or a block_size no multiple of

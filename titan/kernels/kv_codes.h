@@ -91,6 +91,16 @@ static inline void write_value_code(const float *value, int64_t hd, uint32_t *bl
     memcpy(value_codes_of(block_codes, hd, bs) + (bs / 4) * hd + offset, &scale, sizeof scale);
 }
 
+/* One value's codes copied from one block's codes at `from` to another's at `to`. */
+static inline void copy_value_code(uint32_t *from_block, int64_t from, uint32_t *to_block,
+                                   int64_t to, int64_t hd, int64_t bs) {
+    const uint8_t *source = (const uint8_t *)(value_codes_of(from_block, hd, bs) + (from / 4) * hd);
+    uint8_t *destination = (uint8_t *)(value_codes_of(to_block, hd, bs) + (to / 4) * hd);
+    for (int64_t d = 0; d < hd; d++) destination[4 * d + to % 4] = source[4 * d + from % 4];
+    memcpy(value_codes_of(to_block, hd, bs) + (bs / 4) * hd + to,
+           value_codes_of(from_block, hd, bs) + (bs / 4) * hd + from, sizeof(float));
+}
+
 /* The same from a value of the V cache (float16, contiguous). */
 static inline void write_value_code_f16(const _Float16 *value, int64_t hd, uint32_t *block_codes,
                                         int64_t bs, int64_t offset) {

@@ -35,19 +35,22 @@ static void move_item(void *ctx, int64_t item, int thread) {
             /* a key's dims are block_size apart in the transposed layout */
             const _Float16 *src = k + ((from / bs) * kv + h) * hd * bs + from % bs;
             _Float16 *dst = k + ((to / bs) * kv + h) * hd * bs + to % bs;
+            float stored[KV_CODE_MAX_DIM]; /* the key as written, for its codes */
             if (a->cos == NULL) {
-                for (int64_t d = 0; d < hd; d++) dst[d * bs] = src[d * bs];
+                for (int64_t d = 0; d < hd; d++) stored[d] = (float)(dst[d * bs] = src[d * bs]);
             } else {
                 for (int64_t d = 0; d < half; d++) { /* rotate-half layout: dims d, d + half */
                     const float x1 = (float)src[d * bs], x2 = (float)src[(d + half) * bs];
                     dst[d * bs] = (_Float16)(x1 * a->cos[d] + x2 * a->sin[d]);
                     dst[(d + half) * bs] = (_Float16)(x2 * a->cos[d] - x1 * a->sin[d]);
+                    stored[d] = (float)dst[d * bs], stored[d + half] = (float)dst[(d + half) * bs];
                 }
             }
-            if (a->kv_codes != NULL) {
+            if (a->kv_codes != NULL) { /* the key's new codes; the value's, unchanged, copied */
                 uint32_t *codes = kv_codes_block(a->kv_codes[layer], to / bs, h, kv, hd, bs);
-                write_key_code_f16(dst, bs, hd, codes, bs, to % bs);
-                write_value_code_f16(v + (to * kv + h) * hd, hd, codes, bs, to % bs);
+                write_key_code(stored, hd, codes, bs, to % bs);
+                copy_value_code(kv_codes_block(a->kv_codes[layer], from / bs, h, kv, hd, bs),
+                                from % bs, codes, to % bs, hd, bs);
             }
         }
     }
@@ -81,10 +84,8 @@ int kv_codes(pool *p, const _Float16 *k_cache, const _Float16 *v_cache, int64_t 
 }
 
 int kv_move(pool *p, const kv_move_args *a) {
-    if (a->head_dim % 2 || a->num_tokens < 0) return -1;
-    if (a->kv_codes != NULL &&
-        (a->head_dim % 16 || a->head_dim > KV_CODE_MAX_DIM || a->block_size % 16))
-        return -1;
+    if (a->head_dim % 2 || a->head_dim > KV_CODE_MAX_DIM || a->num_tokens < 0) return -1;
+    if (a->kv_codes != NULL && (a->head_dim % 16 || a->block_size % 16)) return -1;
     const int64_t chunks = (a->num_tokens + MOVE_CHUNK - 1) / MOVE_CHUNK;
     pool_run(p, move_item, (void *)a, chunks * a->num_layers);
     return 0;
