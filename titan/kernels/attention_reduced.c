@@ -175,7 +175,7 @@ static inline void stage_keys(const _Float16 *kb, int64_t stride, int64_t hd, ui
  * stays 0; kv_codes.h's rounding), four keys' bytes of one dim a lane ([KEYS / 4][hd] lanes);
  * keys from n on are zeros. */
 static inline void stage_values(const _Float16 *vb, int64_t stride, int64_t n, int64_t hd,
-                                     uint32_t *lanes, float *scale) {
+                                uint32_t *lanes, float *scale) {
     float inverse[KEYS];
     for (int t = 0; t < KEYS; t++) {
         __m512 top = _mm512_setzero_ps();
@@ -271,9 +271,12 @@ static inline void scores_any(const reduced_scratch *w, int64_t r0, int64_t hd, 
 /* The lanes' maximum of each of 4 vectors, in lanes 4i..4i+3 (the vectors' 256- and 128-bit
  * halves folded onto each other: one tree for all four, not four reductions). */
 static inline __m512 max_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
-    const __m512 ab = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-    const __m512 cd = _mm512_max_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-    __m512 m = _mm512_max_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    const __m512 ab =
+        _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    const __m512 cd =
+        _mm512_max_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 m =
+        _mm512_max_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
     m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
     return _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));
 }
@@ -283,13 +286,14 @@ static inline __m512 max_of_four(__m512 a, __m512 b, __m512 c, __m512 d) {
 static inline void quantize_weights(reduced_scratch *w, int64_t r0, int R) {
     __m512 weights[SCORE_ROWS][VECTORS], top[SCORE_ROWS];
     /* a key past the context (its probability 0) may have any scale the cache holds: left out */
-    const __m512 v_scale0 = _mm512_loadu_ps(w->v_scale0), v_scale1 = _mm512_loadu_ps(w->v_scale1);
-    const __m512 zero = _mm512_setzero_ps();
-    for (int r = 0; r < SCORE_ROWS; r++) {
-        const __m512 p0 = _mm512_loadu_ps(w->p + (r0 + (r < R ? r : 0)) * STEP);
-        const __m512 p1 = _mm512_loadu_ps(w->p + (r0 + (r < R ? r : 0)) * STEP + KEYS);
-        weights[r][0] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p0, zero, _CMP_GT_OQ), p0, v_scale0);
-        weights[r][1] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(p1, zero, _CMP_GT_OQ), p1, v_scale1);
+    const __m512 v_scale[VECTORS] = {_mm512_loadu_ps(w->v_scale0), _mm512_loadu_ps(w->v_scale1)};
+    for (int r = 0; r < SCORE_ROWS; r++) { /* rows past R: row r0's again, never stored */
+        const float *p = w->p + (r0 + (r < R ? r : 0)) * STEP;
+        for (int c = 0; c < VECTORS; c++) {
+            const __m512 prob = _mm512_loadu_ps(p + c * KEYS);
+            weights[r][c] = _mm512_maskz_mul_ps(
+                _mm512_cmp_ps_mask(prob, _mm512_setzero_ps(), _CMP_GT_OQ), prob, v_scale[c]);
+        }
         top[r] = _mm512_max_ps(weights[r][0], weights[r][1]);
     }
     float most[2][16], inverse[2][16];
@@ -344,7 +348,8 @@ static inline __attribute__((always_inline)) void values_for(const reduced_scrat
 }
 
 static inline __attribute__((always_inline)) void values_rows(const reduced_scratch *w, int64_t r0,
-                                                             int64_t hd, int64_t count, const int R) {
+                                                             int64_t hd, int64_t count,
+                                                             const int R) {
     int64_t d0 = 0;
     for (; d0 + 16 * VALUE_SLICES <= hd; d0 += 16 * VALUE_SLICES)
         values_for(w, r0, hd, d0, count, R, VALUE_SLICES);
