@@ -259,7 +259,7 @@ def serve(
         typer.Option(
             help="auto (the quantized path's attention in reduced precision where the CPU has "
             "a unit for it: bfloat16 tiles with AMX, int8 scores and values with AVX-512 VNNI "
-            "and BF16; float32 elsewhere) or float32 (float32 everywhere)."
+            "and BF16 or with AVX2; float32 elsewhere) or float32 (float32 everywhere)."
         ),
     ] = None,
     max_num_seqs: Annotated[

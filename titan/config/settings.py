@@ -123,7 +123,7 @@ class EmbeddedModelConfig(Settings):
     # set); none: dense weights in torch; q8_0: every matmul quantized to Q8_0 (HF directories).
     quantization: Literal["auto", "none", "q8_0"] | None = None
     # The quantized path's attention: auto (bfloat16 tiles with AMX; int8 scores and values
-    # where the CPU has AVX-512 VNNI and BF16) or float32.
+    # where the CPU has AVX-512 VNNI and BF16, or AVX2 and FMA) or float32.
     attention_precision: Literal["auto", "float32"] | None = None
     kv_cache_bytes: ByteSize | None = None  # "2GiB" accepted
     num_kv_blocks: int | None = Field(None, ge=2)

@@ -25,8 +25,8 @@ class EngineConfig:
     quantization: str = "auto"
     # The quantized path's attention over its float16 KV cache. auto: reduced precision where
     # the CPU has a unit for it (bfloat16 tiles with AMX; int8 scores and values with AVX-512
-    # VNNI and BF16; 1.5-3.5x faster over long contexts, its error in bench/RESULTS.md), float32
-    # elsewhere; float32: float32 arithmetic everywhere.
+    # VNNI and BF16, or AVX2 and FMA; 1.4-3.5x faster over long contexts, its error in
+    # bench/RESULTS.md), float32 elsewhere; float32: float32 arithmetic everywhere.
     attention_precision: str = "auto"
     block_size: int = 16
     # KV budget: blocks if given, else bytes. The token capacity is logged at start.

@@ -30,8 +30,8 @@
 
 /* exp(x) for x <= 0 to a relative 1.0e-4 (2^f on [-0.5, 0.5] by a degree-3 polynomial, then
  * vscalefps), half the instructions of exp_k: for the reduced units, whose int8 scores (and
- * bfloat16 probabilities, relative 2^-9) err far more. Lanes of -inf come out NaN: the caller
- * cuts them. Without AVX-512, exp_k. */
+ * bfloat16 or byte-rounded probabilities) err far more. Lanes of -inf come out NaN (or -inf
+ * with AVX2): the caller cuts them. Without AVX-512 or AVX2, exp_k. */
 static inline vk exp_coarse_k(vk x) {
 #if KEYS == 16 && defined(__AVX512F__)
     __m512 t;
@@ -43,6 +43,24 @@ static inline vk exp_coarse_k(vk x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.932677627e-1f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999017715e-1f));
     p = _mm512_scalef_ps(p, n);
+    vk out;
+    memcpy(&out, &p, sizeof out);
+    return out;
+#elif KEYS == 8 && defined(__AVX2__) && defined(__FMA__)
+    /* the same polynomial; 2^n built in the exponent bits (n held at -126 and up: below that
+     * the result is under 2^-126, as good as 0 after a softmax) */
+    __m256 t;
+    memcpy(&t, &x, sizeof t);
+    t = _mm256_mul_ps(t, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 n = _mm256_max_ps(
+        _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm256_set1_ps(-126.f));
+    const __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(5.531998351e-2f), f, _mm256_set1_ps(2.429797202e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.932677627e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.999017715e-1f));
+    const __m256i two_to_n = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    p = _mm256_mul_ps(p, _mm256_castsi256_ps(two_to_n));
     vk out;
     memcpy(&out, &p, sizeof out);
     return out;
@@ -99,6 +117,38 @@ static inline reduced_shape reduced_shape_of(const attention_args *a, int64_t s,
     return u;
 }
 
+/* The int8 units' queries: each row of the tile, times the softmax scale, rounded to integers of
+ * -levels..levels with a scale of its own (max |q| / levels; 0 stays 0), laid out as
+ * [head_dim / 4][rows] lanes of four dims (one row's groups `rows` apart), with 128 * the sum of
+ * its integers (the keys' +128 taken back); each row's softmax state started. */
+static inline void reduced_prepare_queries(const attention_args *a, const reduced_shape *u,
+                                           int64_t tile, int64_t kh, float levels, uint32_t *q,
+                                           float *q_scale, int32_t *q_bias, float *max,
+                                           float *total) {
+    const int64_t hd = a->head_dim;
+    int8_t row_q[MAX_HEAD_DIM];
+    for (int64_t i = 0; i < u->n; i++)
+        for (int64_t g = 0; g < u->group; g++) {
+            const int64_t row = i * u->group + g;
+            const float *x =
+                (const float *)a->q + (tile + i) * a->q_stride + (kh * u->group + g) * hd;
+            float top = 0.f;
+            for (int64_t d = 0; d < hd; d++) top = fmaxf(top, fabsf(x[d] * a->scale));
+            const float inverse = top > 0.f ? levels / top : 0.f;
+            int32_t sum = 0;
+            for (int64_t d = 0; d < hd; d++) {
+                row_q[d] = (int8_t)lrintf(x[d] * a->scale * inverse);
+                sum += row_q[d];
+            }
+            q_scale[row] = top / levels;
+            q_bias[row] = 128 * sum;
+            for (int64_t four = 0; four < hd / 4; four++)
+                memcpy(q + four * u->rows + row, row_q + 4 * four, 4);
+            max[row] = -INFINITY;
+            store_k(total + row * KEYS, splat_k(0.f));
+        }
+}
+
 /* The unit's outputs: each row's sums over its softmax total. */
 static inline void reduced_write_out(const attention_args *a, const reduced_shape *u, int64_t tile,
                                      int64_t kh, const float *acc, const float *total) {
@@ -138,8 +188,8 @@ static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, 
 }
 #endif
 
-/* attention_amx.c (AMX-BF16) or attention_reduced.c (AVX-512 VNNI and BF16): one of them
- * builds the reduced-precision unit, or neither. 1 where this build has it and the CPU lets it
+/* attention_amx.c (AMX-BF16), attention_reduced.c (AVX-512 VNNI and BF16) or attention_avx2.c
+ * (AVX2 and FMA without AVX-512): one of them builds the reduced-precision unit, or none. 1 where this build has it and the CPU lets it
  * run (AMX's state is asked of the kernel here), else 0 and the float32 unit serves
  * ATTENTION_F32_F16_CACHE_REDUCED. */
 int attention_reduced_available(void);

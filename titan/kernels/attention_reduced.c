@@ -1,7 +1,8 @@
 /*
  * Attention over a float16 KV cache with reduced-precision dot products, for CPUs with AVX-512
  * VNNI and BF16 but no AMX (the quantized model's default where the CPU has them; attention_amx.c
- * where it has AMX; attention.c's float32 unit everywhere else and whenever asked for).
+ * where it has AMX, attention_avx2.c's int8 unit with AVX2 alone; attention.c's float32 unit
+ * everywhere else and whenever asked for).
  *
  * Long prompts over long contexts spend most of their time here: at float32 FMA rates a 650-token
  * turn over 3,300 cached tokens costs more than the turn's matmuls (docs/ARCHITECTURE.md). So:
@@ -129,20 +130,6 @@ static int64_t carve(reduced_scratch *w, char *base, int64_t rows, int64_t hd) {
 int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
     reduced_scratch w;
     return carve(&w, NULL, rows, head_dim) + 64;
-}
-
-/* A float query row as int8 with its scale; 0 stays 0. */
-static void quantize_row_int8(const float *x, int64_t n, int8_t *out, float *scale, int32_t *bias) {
-    float top = 0.f;
-    for (int64_t d = 0; d < n; d++) top = fabsf(x[d]) > top ? fabsf(x[d]) : top;
-    const float inverse = top > 0.f ? 127.f / top : 0.f;
-    int32_t sum = 0;
-    for (int64_t d = 0; d < n; d++) {
-        out[d] = (int8_t)lrintf(x[d] * inverse);
-        sum += out[d];
-    }
-    *scale = top / 127.f;
-    *bias = 128 * sum;
 }
 
 /* 16 keys (one vector, dims `stride` apart in a transposed cache block) as bytes +128, four dims
@@ -370,27 +357,14 @@ static inline void values_any(const reduced_scratch *w, int64_t r0, int64_t hd, 
 
 void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, int64_t kh,
                             void *memory) {
-    const float *q = a->q;
     const int64_t hd = a->head_dim;
     const reduced_shape u = reduced_shape_of(a, s, tile);
-    const int64_t n = u.n, group = u.group, rows = u.rows;
+    const int64_t group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
     reduced_scratch w;
     carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
     w.rows = rows;
-    float scaled[MAX_HEAD_DIM];
-    int8_t row_q[MAX_HEAD_DIM];
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t g = 0; g < group; g++) {
-            const int64_t row = i * group + g;
-            const float *x = q + (tile + i) * a->q_stride + (kh * group + g) * hd;
-            for (int64_t d = 0; d < hd; d++) scaled[d] = x[d] * a->scale;
-            quantize_row_int8(scaled, hd, row_q, w.q_scale + row, w.q_bias + row);
-            for (int64_t four = 0; four < hd / 4; four++)
-                memcpy(w.q + four * rows + row, row_q + 4 * four, 4);
-            w.max[row] = -INFINITY;
-            store_k(w.total + row * KEYS, splat_k(0.f));
-        }
+    reduced_prepare_queries(a, &u, tile, kh, 127.f, w.q, w.q_scale, w.q_bias, w.max, w.total);
     memset(w.acc, 0, sizeof(float) * (size_t)(rows * hd));
     for (int64_t t0 = 0; t0 < last_ctx; t0 += STEP) {
         const int64_t count = last_ctx - t0 < STEP ? last_ctx - t0 : STEP;
@@ -426,7 +400,8 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     reduced_write_out(a, &u, tile, kh, w.acc, w.total);
 }
 
-#else /* no AMX, VNNI or BF16: attention.c's float32 unit serves */
+#elif defined(__AVX512F__) || !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+/* no AMX, AVX-512 VNNI and BF16, or AVX2 (attention_avx2.c): attention.c's float32 unit serves */
 
 const char *attention_reduced_kind(void) { return "float32"; }
 int attention_reduced_available(void) { return 0; }

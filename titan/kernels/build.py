@@ -25,6 +25,7 @@ SOURCES = (
     "attention.c",
     "attention_reduced.c",
     "attention_amx.c",
+    "attention_avx2.c",
     "kv_move.c",
     "forward.c",
 )

@@ -136,7 +136,8 @@ class CpuKernels:
     @property
     def has_reduced_attention(self) -> bool:
         """Whether this build has a reduced-precision attention unit that this CPU lets run:
-        attention_amx.c's (AMX-BF16) or attention_reduced.c's (AVX-512 VNNI and BF16)."""
+        attention_amx.c's (AMX-BF16), attention_reduced.c's (AVX-512 VNNI and BF16) or
+        attention_avx2.c's (AVX2)."""
         return bool(self._lib.attention_reduced_available())
 
     @property
