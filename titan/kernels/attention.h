@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cpu.h"
+#include "kv_codes.h"
 #include "vec_keys.h"
 
 #define TILE 16
@@ -149,6 +150,99 @@ static inline void reduced_prepare_queries(const attention_args *a, const reduce
         }
 }
 
+/* A step's keys and values as the int8 units read them (attention_reduced.c, attention_avx2.c):
+ * each vector of KEYS keys in a block of codes (kv_codes.h). */
+typedef struct {
+    const uint32_t *k[VECTORS];    /* [head_dim / 4][k_stride]: four dims as bytes (+128) a lane */
+    const float *k_scale[VECTORS]; /* [KEYS] each */
+    const uint32_t *v[VECTORS];    /* [KEYS / 4][head_dim]: four keys' bytes of one dim a lane */
+    const float *v_scale[VECTORS]; /* [KEYS] each */
+    int64_t k_stride;
+} int8_step;
+
+static inline void int8_step_vector(int8_step *step, int c, uint32_t *block, int64_t at,
+                                    int64_t hd, int64_t bs) {
+    step->k[c] = block + at;
+    step->k_scale[c] = (const float *)(block + (hd / 4) * bs) + at;
+    const uint32_t *values = value_codes_of(block, hd, bs);
+    step->v[c] = values + (at / 4) * hd;
+    step->v_scale[c] = (const float *)(values + (bs / 4) * hd) + at;
+    step->k_stride = bs;
+}
+
+/* Keys [t0, t0 + count) of sequence s's KV head kh: in place in the cache's codes, or, for a
+ * caller that keeps none (the tests), their codes written into `own` (KV_CODE_WORDS(head_dim) *
+ * STEP words) as one block of STEP keys by kv_codes.h itself: the same bytes. Keys past the
+ * context are t0's vector (in the cache) or zeros (in `own`): their weights are 0. */
+static inline void int8_step_at(int8_step *step, const attention_args *a, int64_t s, int64_t kh,
+                                int64_t t0, int64_t count, uint32_t *own) {
+    const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
+    const int64_t *table = a->block_tables + s * a->max_blocks;
+    if (a->kv_codes != NULL) {
+        for (int c = 0; c < VECTORS; c++) {
+            const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
+            int8_step_vector(step, c,
+                             kv_codes_block((uint32_t *)a->kv_codes, table[t / bs], kh, kv, hd, bs),
+                             t % bs, hd, bs);
+        }
+        return;
+    }
+    const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
+    const float zeros[KV_CODE_MAX_DIM] = {0};
+    for (int64_t j = 0; j < STEP; j++) {
+        const int64_t block = table[(j < count ? t0 + j : t0) / bs], at = (t0 + j) % bs;
+        if (j < count) {
+            write_key_code_f16(k_cache + (block * kv + kh) * hd * bs + at, bs, hd, own, STEP, j);
+            write_value_code_f16(v_cache + ((block * bs + at) * kv + kh) * hd, hd, own, STEP, j);
+        } else {
+            write_key_code(zeros, hd, own, STEP, j);
+            write_value_code(zeros, hd, own, STEP, j);
+        }
+    }
+    for (int c = 0; c < VECTORS; c++) int8_step_vector(step, c, own, c * KEYS, hd, STEP);
+}
+
+#define GROUPS (STEP / 4) /* a step's lanes of four keys */
+
+/* The int8 units' scratch for one tile, carved from a thread's memory. */
+typedef struct {
+    uint32_t *q;      /* [head_dim / 4][rows]: a row's four dims as integers, from
+                         reduced_prepare_queries (one row's groups `rows` apart: each step of the
+                         scores' loop reads its rows' groups from one line) */
+    int64_t rows;
+    float *q_scale;   /* [rows] */
+    int32_t *q_bias;  /* [rows]: 128 * the sum of the row's integers */
+    int8_step step;   /* the step's keys and values (int8_step_at) */
+    uint32_t *own;    /* a step's codes where the caller keeps none */
+    float *p;         /* [rows][STEP]: the step's probabilities */
+    uint32_t *weights; /* [rows][GROUPS]: the same times each key's value scale, as bytes, four
+                          keys a lane, in units of the row's weight_scale */
+    float *weight_scale; /* [rows] */
+    float *acc;       /* [rows][head_dim] */
+    float *total;     /* [rows][KEYS] */
+    float *max, *rescale; /* [rows] */
+} int8_scratch;
+
+/* Points w's arrays into `base` (64-byte aligned each, for `rows` rows); the bytes it takes. */
+static inline int64_t int8_carve(int8_scratch *w, char *base, int64_t rows, int64_t hd) {
+    int64_t at = 0;
+#define TAKE(field, bytes) (w->field = (void *)(base + at), at += ((bytes) + 63) & ~(int64_t)63)
+    TAKE(q, rows * hd);
+    TAKE(q_scale, 4 * rows);
+    TAKE(q_bias, 4 * rows);
+    TAKE(own, 4 * KV_CODE_WORDS(hd) * STEP);
+    TAKE(p, 4 * rows * STEP);
+    TAKE(weights, 4 * rows * GROUPS);
+    TAKE(weight_scale, 4 * rows);
+    TAKE(acc, 4 * rows * hd);
+    TAKE(total, 4 * rows * KEYS);
+    TAKE(max, 4 * rows);
+    TAKE(rescale, 4 * rows);
+#undef TAKE
+    w->rows = rows;
+    return at;
+}
+
 /* The unit's outputs: each row's sums over its softmax total. */
 static inline void reduced_write_out(const attention_args *a, const reduced_shape *u, int64_t tile,
                                      int64_t kh, const float *acc, const float *total) {
@@ -189,9 +283,9 @@ static inline void stage_value_pair(const _Float16 *row0, const _Float16 *row1, 
 #endif
 
 /* attention_amx.c (AMX-BF16), attention_reduced.c (AVX-512 VNNI and BF16) or attention_avx2.c
- * (AVX2 and FMA without AVX-512): one of them builds the reduced-precision unit, or none. 1 where this build has it and the CPU lets it
- * run (AMX's state is asked of the kernel here), else 0 and the float32 unit serves
- * ATTENTION_F32_F16_CACHE_REDUCED. */
+ * (AVX2 and FMA without AVX-512): one of them builds the reduced-precision unit, or none. 1
+ * where this build has it and the CPU lets it run (AMX's state is asked of the kernel here),
+ * else 0 and the float32 unit serves ATTENTION_F32_F16_CACHE_REDUCED. */
 int attention_reduced_available(void);
 /* What the unit computes in, for the engine's log line ("float32" where there is none). */
 const char *attention_reduced_kind(void);

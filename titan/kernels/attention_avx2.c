@@ -12,8 +12,8 @@
  *     exactly; each int32 sum is scaled back once, as in attention_reduced.c;
  *   - the softmax, the step order and every quantity a row uses are fixed by the row and its keys
  *     alone: a row's output is the same bits whatever else is in the call (batch-invariant).
- * Where a caller keeps no codes (the tests), a step's codes are written here first, by kv_codes.h
- * itself: the same bytes.
+ * Where a caller keeps no codes (the tests), a step's codes are written first, by kv_codes.h
+ * itself (attention.h's int8_step_at): the same bytes.
  */
 #include <stdint.h>
 #include <string.h>
@@ -29,93 +29,14 @@
 #define SCORE_ROWS 4   /* 4 rows x 2 vectors of int32 sums a pass */
 #define VALUE_ROWS 2   /* 2 rows x 4 slices of int32 sums, plus 4 value slices */
 #define VALUE_SLICES 4 /* of 8 dims */
-#define GROUPS (STEP / 4)
-#define ALIGN(n) (((n) + 63) & ~(int64_t)63)
-
-typedef struct {
-    uint32_t *q; /* [head_dim / 4][rows]: a row's four dims as bytes (-63..63) a lane */
-    int64_t rows;
-    float *q_scale;  /* [rows] */
-    int32_t *q_bias; /* [rows]: 128 * the sum of the row's int8 values */
-    /* the step's codes, vector by vector: in the cache's blocks, or in `own` */
-    const uint32_t *k[VECTORS]; /* [head_dim / 4][k_stride]: a key's four dims a lane */
-    const float *k_scale[VECTORS];
-    const uint32_t *v[VECTORS]; /* [KEYS / 4][head_dim]: four keys' values of one dim a lane */
-    const float *v_scale[VECTORS];
-    int64_t k_stride;
-    uint32_t *own;         /* a step's codes as one block of STEP keys */
-    float *p;              /* [rows][STEP] */
-    uint32_t *weights;     /* [rows][GROUPS]: p times the values' scales, as bytes, four a lane */
-    float *weight_scale;   /* [rows] */
-    float *acc;            /* [rows][head_dim] */
-    float *total;          /* [rows][KEYS] */
-    float *max, *rescale;  /* [rows] */
-} avx2_scratch;
 
 const char *attention_reduced_kind(void) { return "int8 scores, int8 values (AVX2)"; }
 
 int attention_reduced_available(void) { return 1; }
 
-static int64_t carve(avx2_scratch *w, char *base, int64_t rows, int64_t hd) {
-    int64_t at = 0;
-#define TAKE(field, bytes) (w->field = (void *)(base + at), at += ALIGN(bytes))
-    TAKE(q, rows * hd);
-    TAKE(q_scale, 4 * rows);
-    TAKE(q_bias, 4 * rows);
-    TAKE(own, 4 * KV_CODE_WORDS(hd) * STEP);
-    TAKE(p, 4 * rows * STEP);
-    TAKE(weights, 4 * rows * GROUPS);
-    TAKE(weight_scale, 4 * rows);
-    TAKE(acc, 4 * rows * hd);
-    TAKE(total, 4 * rows * KEYS);
-    TAKE(max, 4 * rows);
-    TAKE(rescale, 4 * rows);
-#undef TAKE
-    return at;
-}
-
 int64_t attention_reduced_scratch_bytes(int64_t rows, int64_t head_dim) {
-    avx2_scratch w;
-    return carve(&w, NULL, rows, head_dim) + 64;
-}
-
-/* The vector of keys from t in a block of codes (bs keys) at offset `at`. */
-static void point_at(avx2_scratch *w, int c, uint32_t *block, int64_t at, int64_t hd, int64_t bs) {
-    w->k[c] = block + at;
-    w->k_scale[c] = (const float *)(block + (hd / 4) * bs) + at;
-    const uint32_t *values = value_codes_of(block, hd, bs);
-    w->v[c] = values + (at / 4) * hd;
-    w->v_scale[c] = (const float *)(values + (bs / 4) * hd) + at;
-    w->k_stride = bs;
-}
-
-/* Keys [t0, t0 + count) of sequence s's KV head kh: from the cache's codes, or written into
- * `own` as one block of STEP keys (keys past count as zeros). */
-static void point_at_step(avx2_scratch *w, const attention_args *a, int64_t s, int64_t kh,
-                          int64_t t0, int64_t count) {
-    const int64_t hd = a->head_dim, bs = a->block_size, kv = a->num_kv_heads;
-    const int64_t *table = a->block_tables + s * a->max_blocks;
-    if (a->kv_codes != NULL) {
-        for (int c = 0; c < VECTORS; c++) { /* past the context: t0's, its weights are 0 */
-            const int64_t t = c * KEYS < count ? t0 + c * KEYS : t0;
-            point_at(w, c, kv_codes_block((uint32_t *)a->kv_codes, table[t / bs], kh, kv, hd, bs),
-                     t % bs, hd, bs);
-        }
-        return;
-    }
-    const _Float16 *k_cache = a->k_cache, *v_cache = a->v_cache;
-    float zeros[KV_CODE_MAX_DIM] = {0};
-    for (int64_t j = 0; j < STEP; j++) {
-        const int64_t t = t0 + j, block = table[(j < count ? t : t0) / bs], at = t % bs;
-        if (j < count) {
-            write_key_code_f16(k_cache + (block * kv + kh) * hd * bs + at, bs, hd, w->own, STEP, j);
-            write_value_code_f16(v_cache + ((block * bs + at) * kv + kh) * hd, hd, w->own, STEP, j);
-        } else {
-            write_key_code(zeros, hd, w->own, STEP, j);
-            write_value_code(zeros, hd, w->own, STEP, j);
-        }
-    }
-    for (int c = 0; c < VECTORS; c++) point_at(w, c, w->own, c * KEYS, hd, STEP);
+    int8_scratch w;
+    return int8_carve(&w, NULL, rows, head_dim) + 64;
 }
 
 /* acc + the byte products of u (unsigned) and s (signed, or u of 7 bits), four a lane summed in
@@ -126,14 +47,15 @@ static inline __m256i dot_bytes(__m256i acc, __m256i u, __m256i s) {
 }
 
 /* Scores of the step's vectors c0, c0 + 1 for R rows from r0, in float, into out[r][c0..]. */
-static inline __attribute__((always_inline)) void scores_for(const avx2_scratch *w, int64_t r0,
+static inline __attribute__((always_inline)) void scores_for(const int8_scratch *w, int64_t r0,
                                                             int64_t hd, int c0,
                                                             __m256 out[][VECTORS], const int R) {
     __m256i sums[SCORE_ROWS][2];
     for (int r = 0; r < R; r++) sums[r][0] = sums[r][1] = _mm256_setzero_si256();
+    const int64_t stride = w->step.k_stride;
     for (int64_t g = 0; g < hd / 4; g++) {
-        const __m256i k0 = _mm256_loadu_si256((const __m256i *)(w->k[c0] + g * w->k_stride));
-        const __m256i k1 = _mm256_loadu_si256((const __m256i *)(w->k[c0 + 1] + g * w->k_stride));
+        const __m256i k0 = _mm256_loadu_si256((const __m256i *)(w->step.k[c0] + g * stride));
+        const __m256i k1 = _mm256_loadu_si256((const __m256i *)(w->step.k[c0 + 1] + g * stride));
         for (int r = 0; r < R; r++) {
             const __m256i four = _mm256_set1_epi32((int32_t)w->q[g * w->rows + r0 + r]);
             sums[r][0] = dot_bytes(sums[r][0], k0, four);
@@ -146,11 +68,11 @@ static inline __attribute__((always_inline)) void scores_for(const avx2_scratch 
         for (int c = 0; c < 2; c++)
             out[r][c0 + c] = _mm256_mul_ps(
                 _mm256_cvtepi32_ps(_mm256_sub_epi32(sums[r][c], bias)),
-                _mm256_mul_ps(_mm256_loadu_ps(w->k_scale[c0 + c]), q_scale));
+                _mm256_mul_ps(_mm256_loadu_ps(w->step.k_scale[c0 + c]), q_scale));
     }
 }
 
-static inline void scores_any(const avx2_scratch *w, int64_t r0, int64_t hd, int c0,
+static inline void scores_any(const int8_scratch *w, int64_t r0, int64_t hd, int c0,
                               __m256 out[][VECTORS], int R) {
     switch (R) {
     case 1: scores_for(w, r0, hd, c0, out, 1); break;
@@ -163,13 +85,14 @@ static inline void scores_any(const avx2_scratch *w, int64_t r0, int64_t hd, int
 /* A row's step probabilities times each key's value scale as 7-bit bytes (0..127, four keys a
  * lane), and the scale that takes them back: their most / 127. Keys past the context (their
  * probability 0) may have any scale the cache holds: left out. */
-static inline void quantize_weights(avx2_scratch *w, int64_t row) {
+static inline void quantize_weights(int8_scratch *w, int64_t row) {
     __m256 weights[VECTORS];
     vk top = splat_k(0.f);
     for (int c = 0; c < VECTORS; c++) {
         const __m256 prob = _mm256_loadu_ps(w->p + row * STEP + c * KEYS);
         const __m256 positive = _mm256_cmp_ps(prob, _mm256_setzero_ps(), _CMP_GT_OQ);
-        weights[c] = _mm256_and_ps(positive, _mm256_mul_ps(prob, _mm256_loadu_ps(w->v_scale[c])));
+        const __m256 v_scale = _mm256_loadu_ps(w->step.v_scale[c]);
+        weights[c] = _mm256_and_ps(positive, _mm256_mul_ps(prob, v_scale));
         top = vmax_k(top, (vk)weights[c]);
     }
     const float most = max_k(top);
@@ -188,14 +111,14 @@ static inline void quantize_weights(avx2_scratch *w, int64_t row) {
 
 /* acc = acc * rescale + the step's first `count` keys' values weighted by their probabilities,
  * for R rows from r0 and S slices of 8 dims from d0. */
-static inline __attribute__((always_inline)) void values_for(const avx2_scratch *w, int64_t r0,
+static inline __attribute__((always_inline)) void values_for(const int8_scratch *w, int64_t r0,
                                                             int64_t hd, int64_t d0, int64_t count,
                                                             const int R, const int S) {
     __m256i sums[VALUE_ROWS][VALUE_SLICES];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < S; c++) sums[r][c] = _mm256_setzero_si256();
     for (int64_t g = 0; g < (count + 3) / 4; g++) {
-        const uint32_t *lanes = w->v[g / (KEYS / 4)] + (g % (KEYS / 4)) * hd + d0;
+        const uint32_t *lanes = w->step.v[g / (KEYS / 4)] + (g % (KEYS / 4)) * hd + d0;
         __m256i value[VALUE_SLICES];
         for (int c = 0; c < S; c++) value[c] = _mm256_loadu_si256((const __m256i *)(lanes + 8 * c));
         for (int r = 0; r < R; r++) {
@@ -214,7 +137,7 @@ static inline __attribute__((always_inline)) void values_for(const avx2_scratch 
     }
 }
 
-static inline __attribute__((always_inline)) void values_rows(const avx2_scratch *w, int64_t r0,
+static inline __attribute__((always_inline)) void values_rows(const int8_scratch *w, int64_t r0,
                                                              int64_t hd, int64_t count,
                                                              const int R) {
     int64_t d0 = 0;
@@ -229,15 +152,14 @@ void attention_reduced_unit(const attention_args *a, int64_t s, int64_t tile, in
     const reduced_shape u = reduced_shape_of(a, s, tile);
     const int64_t group = u.group, rows = u.rows;
     const int64_t first_ctx = u.first_ctx, last_ctx = u.last_ctx;
-    avx2_scratch w;
-    carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
-    w.rows = rows;
+    int8_scratch w;
+    int8_carve(&w, (char *)(((uintptr_t)memory + 63) & ~(uintptr_t)63), rows, hd);
     /* 7 bits: a key's byte (up to 255) times the query's, in pairs, must fit vpmaddubsw's int16 */
     reduced_prepare_queries(a, &u, tile, kh, 63.f, w.q, w.q_scale, w.q_bias, w.max, w.total);
     memset(w.acc, 0, sizeof(float) * (size_t)(rows * hd));
     for (int64_t t0 = 0; t0 < last_ctx; t0 += STEP) {
         const int64_t count = last_ctx - t0 < STEP ? last_ctx - t0 : STEP;
-        point_at_step(&w, a, s, kh, t0, count);
+        int8_step_at(&w.step, a, s, kh, t0, count, w.own);
         /* rows of queries that see none of these keys skip the step */
         const int64_t first_row = (t0 < first_ctx ? 0 : t0 - first_ctx + 1) * group;
         for (int64_t r0 = first_row; r0 < rows; r0 += SCORE_ROWS) {

@@ -29,7 +29,7 @@ typedef struct {
     qweight down;            /* [H, I] */
     _Float16 *k_cache;       /* [blocks, kv_heads, head_dim, block_size] */
     _Float16 *v_cache;       /* [blocks, block_size, kv_heads, head_dim] */
-    uint32_t *kv_codes;       /* NULL, or the K cache's int8 codes (kv_codes.h) */
+    uint32_t *kv_codes;      /* NULL, or the caches' int8 codes (kv_codes.h) */
 } layer_weights;
 
 typedef struct {

@@ -75,17 +75,21 @@ class Step(ctypes.Structure):
 KV_CODE_MAX_DIM = 256  # kv_codes.h: head dims with codes, a multiple of 16 up to this
 
 
+def kv_code_words(head_dim: int) -> int:
+    """32-bit words of the int8 units' codes (kv_codes.h) per token and KV head: for its key and
+    again for its value, head_dim / 4 words of four int8 dims and one float scale."""
+    return 2 * (head_dim // 4 + 1)
+
+
 def kv_codes_shape(blocks: int, kv_heads: int, head_dim: int, block_size: int) -> tuple:
-    """The int8 unit's codes beside a KV cache (kv_codes.h): per block and KV head, for each
-    of its keys and again for each of its values, head_dim / 4 words of four int8 dims and one
-    float scale."""
-    return (blocks, kv_heads, 2 * (head_dim // 4 + 1), block_size)
+    """The int8 units' codes beside a KV cache (kv_codes.h), per block and KV head."""
+    return (blocks, kv_heads, kv_code_words(head_dim), block_size)
 
 
 ATTENTION_F32 = 0
 ATTENTION_BF16 = 1
 ATTENTION_F32_F16_CACHE = 2
-ATTENTION_F32_F16_CACHE_REDUCED = 3  # attention_amx.c or attention_reduced.c, where the CPU can
+ATTENTION_F32_F16_CACHE_REDUCED = 3  # attention_amx.c, _reduced.c or _avx2.c, where the CPU can
 
 
 def pointer(array: np.ndarray | None) -> int | None:
@@ -142,8 +146,8 @@ class CpuKernels:
 
     @property
     def reads_kv_codes(self) -> bool:
-        """Whether the reduced unit is attention_reduced.c's int8 one, which reads the KV cache's
-        int8 codes (kv_codes.h) where the caller keeps them."""
+        """Whether the reduced unit is an int8 one (attention_reduced.c, attention_avx2.c), which
+        reads the KV cache's int8 codes (kv_codes.h) where the caller keeps them."""
         return self.reduced_attention_kind.startswith("int8")
 
     @property

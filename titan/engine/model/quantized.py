@@ -29,6 +29,7 @@ from titan.kernels.library import (
     LayerWeights,
     Model,
     Step,
+    kv_code_words,
     kv_codes_shape,
     pointer,
     qweight,
@@ -216,7 +217,7 @@ class QuantizedLlama:
     @property
     def kv_code_bytes(self) -> int:
         """Bytes of KV codes per token, KV head and layer, beside its KV (0: none)."""
-        return 8 * (self.config.head_dim // 4 + 1) if self.uses_kv_codes else 0
+        return 4 * kv_code_words(self.config.head_dim) if self.uses_kv_codes else 0
 
     def bind_cache(self, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Points the layers at the runner's caches; the KV codes are this model's own, as many
