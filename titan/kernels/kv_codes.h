@@ -1,11 +1,11 @@
 /*
- * The int8 attention unit's codes of the float16 KV cache (attention_reduced.c), kept beside it:
+ * The int8 attention units' codes of the float16 KV cache (attention_reduced.c, _avx2.c):
  * each key and each value as int8 with a scale of its own. The unit used to round every key and
  * value of the context again for each tile of queries and each decode step (a decode step over
  * 6,000 cached tokens spent most of its attention there); now they are rounded once, where they
  * are written (forward.c's KV write, kv_move.c's context shift), from the float16 numbers as
- * stored. The unit's own staging gives the same bytes (its rounding is this one's): the tests
- * compare the outputs both ways.
+ * stored. Where a caller keeps no codes, the units write a step's with these same functions
+ * (attention.h's int8_step_at): the tests compare the outputs both ways.
  *
  * Layout per cache block and KV head:
  *   keys:   [head_dim / 4][block_size] uint32, a key's four dims as bytes + 128 in a lane (what
