@@ -57,7 +57,7 @@ class CacheBenchSettings:
     pair_stride: int = 1  # every n-th labeled pair
     warmup: int = 20  # untimed lookups per size first
     seed: int = 0
-    data_dir: str = str(cache_quality.TESTS_DATA)  # the labeled sets (cache_quality.SETS)
+    data_dir: str = str(cache_quality.TESTS_DATA)  # the held-out sets (cache_quality.HELDOUT_SETS)
     figures_dir: str = "bench"  # where the curves go: beside RESULTS.md
     traffic_requests: int = 10_000  # simulated requests per seed for the error budget
     traffic_seeds: tuple[int, ...] = (0, 1, 2)
@@ -114,25 +114,35 @@ def run_quality(
     from titan.cache.error_budget import ErrorBudget
     from titan.cache.guards import refusal
 
-    folder = Path(settings.data_dir)
-    sets = {
-        name: cache_eval.load_pairs(folder / file)[:: settings.pair_stride]
-        for name, file in cache_quality.SETS.items()
-    }
+    sets = cache_quality.load_sets(Path(settings.data_dir), settings.pair_stride)
     progress("evaluating " + ", ".join(f"{len(p)} {name}" for name, p in sets.items()) + " pairs")
     config = CacheConfig()
-    # The opt-in pair verifier, beside the defaults (a fake embedder has no token vectors).
-    verified = cache_quality.VerifiedRefusal(encoder) if isinstance(encoder, Embedder) else None
-    quality = cache_quality.evaluate_sets(
-        sets, encoder, refusal, config.threshold, png, verified=verified
-    )
+    # The defaults: the guards, then the pair verifier, from the floor the error budget starts
+    # at (a fake embedder in the tests has no verifier: the guards alone, at the threshold).
+    verifier = _ready_verifier(encoder, progress) if isinstance(encoder, Embedder) else None
+    verdict = refusal if verifier is None else cache_quality.ServedVerdict(verifier)
+    threshold = config.threshold if verifier is None else config.semantic.min_similarity
+    quality = cache_quality.evaluate_sets(sets, encoder, verdict, threshold, png)
     progress(f"simulating {settings.traffic_requests:,} requests x {len(settings.traffic_seeds)}")
     quality["traffic"] = cache_quality.run_traffic(
-        sets, encoder, refusal, ErrorBudget, config.semantic,
+        sets, encoder, verdict, ErrorBudget, config.semantic,
         num_requests=settings.traffic_requests, seeds=settings.traffic_seeds,
-        budgets=settings.budgets, png=traffic_png, verified=verified,
+        budgets=settings.budgets, png=traffic_png,
     )  # fmt: skip
+    quality["pair_verifier"] = verifier is not None
     return quality, sets["project"] + sets["heldout"]
+
+
+def _ready_verifier(embedder: Embedder, progress: Progress) -> Any:
+    """The server's pair verifier: its weights from the cache folder, trained there first when
+    missing (minutes, once per machine), as ``titan serve`` does at its first start."""
+    progress("pair verifier: loading (training it first if this machine has not)")
+    thread = embedder.start_verifier()
+    if thread is not None:
+        thread.join()
+    if embedder.verifier_state != "ready":
+        raise RuntimeError(f"the pair verifier is {embedder.verifier_state}")
+    return embedder.verifier
 
 
 # ---- (2) latency and (3) overheads ----------------------------------------------------------
@@ -161,9 +171,10 @@ async def build_cache(
     the pipeline stores an answer); returns it, its config and the seconds the build took."""
     started = time.perf_counter()
     cached = sorted({str(pair["cached"]) for pair in pairs})
-    config = CacheConfig(
-        semantic={"enabled": True, "max_error_rate": None}, max_entries=size + len(cached) + 100_000
-    )
+    # A fixed threshold, so that hits are served; the pair verifier where the embedder has it.
+    verifies = getattr(embedder.inner, "verifier_state", "off") == "ready"
+    semantic = {"enabled": True, "max_error_rate": None, "pair_verifier": verifies}
+    config = CacheConfig(semantic=semantic, max_entries=size + len(cached) + 100_000)
     cache = ResponseCache(MemoryCache(), embedder=embedder)  # type: ignore[arg-type]
     scope = _keys("what is this about").scope
     await _fill(cache, scope, size, config, seed)  # type: ignore[arg-type]

@@ -302,7 +302,8 @@ def lookup_latency(
 
 
 class TimedEmbedder:
-    """The embedder as the cache uses it, timing each ``embed`` (its thread hop included)."""
+    """The embedder as the cache uses it, timing its models: each ``embed`` and each pair
+    verifier's ``pair_probability`` (their thread hops included)."""
 
     def __init__(self, inner: Any):
         self.inner = inner
@@ -318,14 +319,14 @@ class TimedEmbedder:
         finally:
             self._spent_s += time.perf_counter() - started
 
-    async def embed_tokens(self, texts: list[str]) -> Any:
+    async def pair_probability(self, cached: str, asked: str) -> Any:
         started = time.perf_counter()
         try:
-            return await self.inner.embed_tokens(texts)
+            return await self.inner.pair_probability(cached, asked)
         finally:
             self._spent_s += time.perf_counter() - started
 
     def take(self) -> float:
-        """Seconds spent embedding since the last call."""
+        """Seconds spent in the models since the last call."""
         spent, self._spent_s = self._spent_s, 0.0
         return spent

@@ -1,12 +1,11 @@
 """The semantic cache's quality phase of ``python -m benchmarks cache``: the labeled sets, apart,
 and the error budget on simulated traffic.
 
-Sets (tests/data): the project's own pairs and the calibration pairs are the *training* sets
-(the guards and the default threshold were tuned looking at them); the held-out pairs were
-written by a helper that never read ``titan/cache``, and nothing is tuned on them
-(tests/data/semantic_cache_heldout.md). The targets are judged on the held-out set, and on
-sets written the same way later (``heldout_b``, ``heldout_c``; each with its .md beside it),
-which no guard or threshold had ever been evaluated against before they were added.
+Sets: the *training* sets (titan/cache/training: the project's own pairs, the calibration pairs
+and the pairs written for training) are what the guards, the default threshold and the pair
+verifier were fit on; the *held-out* sets (tests/data) were written by helpers that never read
+``titan/cache``, and nothing is tuned on them (tests/data/semantic_cache_heldout*.md): A, then
+B, C and D, each added later, none of them seen by any guard or model before it was measured.
 """
 
 from __future__ import annotations
@@ -16,46 +15,52 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks import cache_eval, cache_traffic
+from titan.cache.pair_training import TRAINING_DIR
 
 TESTS_DATA = Path(__file__).resolve().parents[1] / "tests/data"
-SETS = {
-    "project": "semantic_cache_pairs.jsonl",
-    "calibration": "semantic_cache_calibration.jsonl",
+TRAINING_SETS = {
+    "project": ("project_pairs.jsonl",),
+    "calibration": ("calibration_pairs.jsonl",),
+    "written": ("written_t1.jsonl", "written_t2.jsonl", "written_t3.jsonl"),
+}
+HELDOUT_SETS = {
     "heldout": "semantic_cache_heldout.jsonl",
     "heldout_b": "semantic_cache_heldout_b.jsonl",
     "heldout_c": "semantic_cache_heldout_c.jsonl",
+    "heldout_d": "semantic_cache_heldout_d.jsonl",
 }
-TRAINING = ("project", "calibration")
+TRAINING = tuple(TRAINING_SETS)
 
 
-class VerifiedRefusal:
-    """The server's verdict on a pair: the guards', then the pair verifier's
-    (titan/cache/pair_verifier.py, "verifier" when it refuses), each text embedded once."""
+def load_sets(heldout_dir: Path, stride: int = 1) -> dict[str, list[cache_eval.Pair]]:
+    """Every set by name, every ``stride``-th pair: the training sets from the package, the
+    held-out ones from ``heldout_dir``."""
+    sets = {
+        name: [pair for file in files for pair in cache_eval.load_pairs(TRAINING_DIR / file)]
+        for name, files in TRAINING_SETS.items()
+    }
+    sets.update({name: cache_eval.load_pairs(heldout_dir / f) for name, f in HELDOUT_SETS.items()})
+    return {name: pairs[::stride] for name, pairs in sets.items()}
 
-    def __init__(self, embedder: Any):
-        self._embedder = embedder
-        self._vectors: dict[str, Any] = {}
-        self._tokens: dict[str, Any] = {}
+
+class ServedVerdict:
+    """The server's verdict on a pair that reached the floor: the guards', then the pair
+    verifier's (titan/cache/pair_verifier.py: "verifier" when it refuses)."""
+
+    def __init__(self, verifier: Any):
+        self._verifier = verifier
+        self._probabilities: dict[tuple[str, str], float] = {}  # each pair scored once
 
     def __call__(self, query: str, cached: str) -> str | None:
         from titan.cache import guards, pair_verifier
 
-        asked, stored = guards.analyze(query), guards.analyze(cached)
-        reason = guards.refusal(asked, stored)
+        reason = guards.refusal(guards.analyze(query), guards.analyze(cached))
         if reason is not None:
             return reason
-        missing = [text for text in (query, cached) if text not in self._tokens]
-        if missing:
-            vectors = self._embedder.encode(missing)
-            self._vectors.update(zip(missing, vectors, strict=True))
-            self._tokens.update(zip(missing, self._embedder.encode_tokens(missing), strict=True))
-        cosine = float(np.dot(self._vectors[query], self._vectors[cached]))
-        return pair_verifier.refusal(
-            cosine, stored, asked, self._tokens[cached], self._tokens[query]
-        )
+        if (cached, query) not in self._probabilities:
+            self._probabilities[cached, query] = self._verifier.probabilities([(cached, query)])[0]
+        return None if self._probabilities[cached, query] >= pair_verifier.THRESHOLD else "verifier"
 
 
 def _with_kinds(result: dict[str, Any], pairs: Sequence[cache_eval.Pair]) -> dict[str, Any]:
@@ -70,12 +75,10 @@ def evaluate_sets(
     refusal: cache_eval.Refusal,
     configured_threshold: float,
     png: Path,
-    verified: Any = None,
 ) -> dict[str, Any]:
     """The held-out set's evaluation (``evaluation``: the headline and the targets), the
-    training sets' together (``training``: where the threshold is chosen), and each set's
-    rates at the configured threshold (``per_set``; with ``verified``, a VerifiedRefusal, the
-    opt-in pair verifier's too)."""
+    training sets' together (``training``), and each set's rates at the configured threshold
+    (``per_set``)."""
     training_pairs = [pair for name in TRAINING for pair in sets[name]]
     training = cache_eval.evaluate(
         training_pairs, encoder, refusal, configured_threshold=configured_threshold
@@ -100,13 +103,6 @@ def evaluate_sets(
             "baseline_recall": baseline["recall"],
             "baseline_false_hit_rate": baseline["false_hit_rate"],
         }
-        if verified is not None:
-            checked = cache_eval.rates(
-                pairs, sims, configured_threshold, cache_eval.refusals(pairs, verified)
-            )
-            per_set[name]["verifier"] = {
-                key: checked[key] for key in ("recall", "false_hit_rate", "false_hits")
-            }
     return {
         "evaluation": _with_kinds(heldout, sets["heldout"]),
         "training": _with_kinds(training, training_pairs),
@@ -125,7 +121,6 @@ def run_traffic(
     seeds: Sequence[int],
     budgets: Sequence[float],
     png: Path,
-    verified: Any = None,
 ) -> dict[str, Any]:
     """The error budget against fixed thresholds on traffic drawn from the project's pairs
     and the held-out ones, and at the default budget on the held-out pairs alone
@@ -149,9 +144,4 @@ def run_traffic(
     )  # fmt: skip
     heldout["sets"] = ["heldout"]
     result["heldout_only"] = heldout
-    if verified is not None:  # the same, with the opt-in pair verifier after the guards
-        result["heldout_verifier"] = cache_traffic.simulate(
-            sets["heldout"], encoder, verified, make_budget,
-            budgets=(semantic.max_error_rate,), **options,
-        )  # fmt: skip
     return result

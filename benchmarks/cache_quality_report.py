@@ -8,9 +8,11 @@ from typing import Any
 SET_NAMES = {
     "project": "project's pairs (training)",
     "calibration": "calibration pairs (training)",
+    "written": "pairs written for training (training)",
     "heldout": "**held-out pairs**",
     "heldout_b": "**held-out pairs B**",
     "heldout_c": "**held-out pairs C**",
+    "heldout_d": "**held-out pairs D**",
 }
 
 
@@ -21,9 +23,6 @@ def _pct(value: float) -> str:
 def set_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["set", "pairs (paraphrases)", "paraphrases hit", "false-hit rate (false hits)",
               "cosine ≥ 0.8 alone: hit / false"]  # fmt: skip
-    has_verifier = any("verifier" in row for row in results["per_set"].values())
-    if has_verifier:
-        header.append("with the pair verifier (opt-in): hit / false (false hits)")
     rows = []
     for name, row in results["per_set"].items():
         cells = [
@@ -31,10 +30,6 @@ def set_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             _pct(row["recall"]), f"{_pct(row['false_hit_rate'])} ({row['false_hits']})",
             f"{_pct(row['baseline_recall'])} / {_pct(row['baseline_false_hit_rate'])}",
         ]  # fmt: skip
-        verifier = row.get("verifier")
-        if has_verifier:
-            cells.append(f"{_pct(verifier['recall'])} / {_pct(verifier['false_hit_rate'])} "
-                         f"({verifier['false_hits']})" if verifier else "-")  # fmt: skip
         rows.append(cells)
     return header, rows
 
@@ -48,8 +43,6 @@ def traffic_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     traffic = results["traffic"]
     runs = [("project + held-out", traffic), ("held-out", traffic["heldout_only"])]
-    if "heldout_verifier" in traffic:
-        runs.append(("held-out, pair verifier on", traffic["heldout_verifier"]))
     for name, result in runs:
         rows += _traffic_rows(name, result)
     return header, rows

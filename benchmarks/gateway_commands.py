@@ -116,8 +116,8 @@ def cache(
     data: Annotated[
         Path | None,
         typer.Option(
-            help="Folder of the labeled sets: semantic_cache_pairs, _calibration and _heldout "
-            ".jsonl (default: tests/data)."
+            help="Folder of the held-out labeled sets, semantic_cache_heldout*.jsonl (default: "
+            "tests/data); the training sets are titan/cache/training's."
         ),
     ] = None,
     quick: Annotated[
@@ -125,9 +125,10 @@ def cache(
         typer.Option("--quick", help="1k/5k entries and a quarter of the pairs (a smoke run)."),
     ] = False,
 ) -> None:
-    """Response cache: semantic hits vs false hits on training and held-out labeled sets (Titan
-    vs GPTCache's default), the error budget against fixed thresholds on simulated traffic,
-    lookup latency at 10k/100k entries, exact-hit and miss overheads."""
+    """Response cache: semantic hits vs false hits on training and held-out labeled sets (Titan,
+    its guards and pair verifier, vs GPTCache's default), the error budget against fixed
+    thresholds on simulated traffic, lookup latency at 10k/100k entries, exact-hit and miss
+    overheads."""
 
     from benchmarks.cache_bench import CacheBenchSettings
     from benchmarks.cache_report import BENCHMARK

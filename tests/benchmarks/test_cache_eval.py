@@ -14,7 +14,7 @@ from benchmarks import cache_eval
 from titan.cache.guards import refusal
 from titan.cache.index import ScopedIndex
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "semantic_cache_pairs.jsonl"
+DATA = Path(__file__).resolve().parents[2] / "titan" / "cache" / "training" / "project_pairs.jsonl"
 
 
 class FakeEmbedder:

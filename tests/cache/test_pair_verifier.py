@@ -1,49 +1,113 @@
-"""The pair verifier's features and its fitted constants (titan/cache/pair_verifier.py)."""
+"""The pair verifier (titan/cache/pair_verifier.py) and its training (pair_training.py): the
+weights are cached under a hash of what they depend on, the quantized cross-encoder reads a
+pair as torch's float model does, and the embedder prepares it in the background."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 
-from titan.cache import pair_verifier
-from titan.cache.guards import analyze
-from titan.cache.pair_verifier import TokenVectors
+from titan.cache.embedder import Embedder, model_dir
+from titan.cache.pair_training import (
+    TRAINING_DIR,
+    Training,
+    fingerprint,
+    trained_weights,
+    training_pairs,
+)
+from titan.cache.pair_verifier import PairVerifier
+from titan.kernels.build import build_library, default_cache_dir
+from titan.kernels.library import CpuKernels
 
-
-def tokens(*rows: list[float]) -> TokenVectors:
-    matrix = pair_verifier.unit_rows(np.array(rows, dtype=np.float32))
-    return TokenVectors(matrix, matrix)
-
-
-def test_the_fitted_constants_only_reward_likeness():
-    # Every feature is a measure of likeness: with weights >= 0, a pair more alike by any of
-    # them is never less likely accepted (a small rewording is never refused for it).
-    for constant in (pair_verifier.MEAN, pair_verifier.SCALE, pair_verifier.WEIGHTS):
-        assert constant.shape == (pair_verifier.NUM_FEATURES,)
-    assert (pair_verifier.WEIGHTS >= 0).all() and (pair_verifier.SCALE > 0).all()
-    assert 0 < pair_verifier.THRESHOLD < 1
-    base = pair_verifier.MEAN.copy()
-    for index in range(pair_verifier.NUM_FEATURES):
-        raised = base.copy()
-        raised[index] += pair_verifier.SCALE[index]
-        assert pair_verifier.probability(raised) >= pair_verifier.probability(base)
+pytestmark = pytest.mark.slow  # loads the embedding model and trains for seconds
 
 
-def test_a_question_against_itself_is_accepted_and_an_unmatched_token_lowers_it():
-    question = analyze("How do I reverse a list in Python?")
-    same = tokens([1, 0, 0], [0, 1, 0], [0, 0, 1])
-    values = pair_verifier.features(1.0, question, question, same, same)
-    assert values[1] == 1.0 and np.allclose(values[2:], 1.0)
-    assert pair_verifier.accepts(values)
-    other = tokens([1, 0, 0], [0, 1, 0], [0.1, 0.2, -1])  # the third token is matched by nothing
-    changed = pair_verifier.features(1.0, question, question, same, other)
-    assert changed[4] < 0.5 and changed[5] < 0.5  # the worst-matched token, both ways
-    assert pair_verifier.probability(changed) < pair_verifier.probability(values)
+def kernels() -> CpuKernels:
+    library = build_library(default_cache_dir())
+    if library is None:
+        pytest.fail("the CPU kernels did not build here (a C compiler is needed)")
+    return CpuKernels(library, 1)
 
 
-def test_content_pieces_leave_out_function_words_and_punctuation():
-    pieces = ["how", "do", "i", "reverse", "a", "list", "in", "python", "?", "##s"]
-    assert [p for p in pieces if pair_verifier.is_content_piece(p)] == [
-        "reverse", "list", "python", "##s",
-    ]  # fmt: skip
-    kept = pair_verifier.token_vectors(["the", "?"], np.eye(2, 3), np.eye(4, 3), [0, 1])
-    assert kept.contextual.shape == (2, 3)  # no content piece: every piece counts
+def test_the_training_pairs_are_labeled_and_never_a_held_out_set():
+    pairs = training_pairs()
+    assert len(pairs) >= 1900
+    assert {type(pair["should_hit"]) for pair in pairs} == {bool}
+    assert 0.3 < np.mean([pair["should_hit"] for pair in pairs]) < 0.6
+    assert not any("heldout" in path.name for path in TRAINING_DIR.glob("*.jsonl"))
+
+
+def test_the_weights_name_changes_with_the_pairs_and_the_recipe():
+    pairs = training_pairs()[:10]
+    base = fingerprint(pairs, Training(), model_dir())
+    assert fingerprint(pairs, Training(), model_dir()) == base
+    assert fingerprint(pairs[:9], Training(), model_dir()) != base
+    flipped = [{**pairs[0], "should_hit": not pairs[0]["should_hit"]}, *pairs[1:]]
+    assert fingerprint(flipped, Training(), model_dir()) != base
+    assert fingerprint(pairs, Training(epochs=2), model_dir()) != base
+
+
+def test_trained_weights_are_reused_not_trained_again(tiny_verifier_weights, monkeypatch):
+    from titan.cache import pair_training
+
+    monkeypatch.setattr(pair_training, "train", lambda *args, **kwargs: pytest.fail("retrained"))
+    pairs = training_pairs()[:32]
+    again = trained_weights(
+        tiny_verifier_weights.parent, model_dir(), pairs, Training(epochs=1, batch_size=8)
+    )
+    assert again == tiny_verifier_weights
+
+
+def test_the_quantized_cross_encoder_reads_a_pair_as_the_float_model_does(tiny_verifier_weights):
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModel, AutoTokenizer
+
+    verifier = PairVerifier.load(model_dir(), tiny_verifier_weights, kernels())
+    pairs = [(p["cached"], p["query"]) for p in training_pairs()[40:56]]
+    weights = load_file(str(tiny_verifier_weights))
+    bert = AutoModel.from_pretrained(str(model_dir()))
+    bert.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()
+                          if not k.startswith("classifier")}, strict=False)  # fmt: skip
+    bert.eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir()))
+    with torch.no_grad():
+        encoded = tokenizer(*map(list, zip(*pairs, strict=True)), padding=True, return_tensors="pt")
+        exact = bert(**encoded).last_hidden_state[:, 0].numpy()
+    # The [CLS] states: the second question's tokens are of type 1, its positions follow on.
+    states = np.stack([state.numpy() for state in verifier._model.pair_states(pairs)])
+    cosines = (
+        (states * exact).sum(1) / np.linalg.norm(states, axis=1) / np.linalg.norm(exact, axis=1)
+    )
+    assert cosines.min() > 0.9993  # 0.99964 here; with the types ignored 0.99865
+    logits = exact @ weights["classifier.weight"] + weights["classifier.bias"][0]
+    quantized = np.array(verifier.probabilities(pairs))
+    assert np.abs(quantized - 1 / (1 + np.exp(-logits))).max() < 0.03
+    # One pair alone scores as in a batch: each pair's rows are its own.
+    assert verifier.probabilities(pairs[3:4])[0] == pytest.approx(quantized[3], abs=1e-6)
+
+
+def test_the_embedder_prepares_the_verifier_in_the_background(tiny_verifier_weights):
+    embedder = Embedder.load()
+    assert embedder.verifier_state == "off"
+    thread = embedder.start_verifier(weights_file=tiny_verifier_weights)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert embedder.verifier_state == "ready"
+    assert embedder.start_verifier() is None  # once
+
+
+def test_a_missing_weights_file_leaves_the_verifier_unavailable(tmp_path):
+    embedder = Embedder.load()
+    thread = embedder.start_verifier(weights_file=tmp_path / "missing.safetensors")
+    thread.join(timeout=60)
+    assert embedder.verifier_state == "unavailable"
+
+
+def test_the_jsonl_files_parse_one_pair_a_line():
+    for path in TRAINING_DIR.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            pair = json.loads(line)
+            assert set(pair) >= {"cached", "query", "should_hit"}

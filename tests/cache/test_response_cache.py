@@ -30,6 +30,12 @@ class FakeEmbedder:
                 vector = base + 0.2 * rng.standard_normal(384)
                 self.vectors[text] = vector / np.linalg.norm(vector)
         self.num_calls = 0
+        # The pair verifier's probability for every pair (None: not ready yet).
+        self.verdict: float | None = 1.0
+        self.verifier_state = "ready"
+
+    async def pair_probability(self, cached: str, asked: str) -> float | None:
+        return self.verdict
 
     async def embed(self, text: str) -> tuple[float, ...]:
         self.num_calls += 1
@@ -155,3 +161,23 @@ async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: Manu
     assert (await first.lookup(keys(PARIS), SEMANTIC)).hit is None
     await first.close()
     await second.close()
+
+
+@pytest.mark.parametrize(
+    ("verdict", "outcome", "refusal"),
+    [(None, None, "verifier_not_ready"), (0.5, None, "verifier"), (0.999, "semantic", None)],
+)
+async def test_the_pair_verifier_decides_a_candidate_the_guards_let_through(
+    clock, verdict, outcome, refusal
+):
+    cached, asked = "How do I learn the guitar as an adult?", "How can an adult learn the guitar?"
+    embedder = FakeEmbedder((cached, asked))
+    cache = cache_with(embedder, clock)
+    lookup = await cache.lookup(keys(cached), SEMANTIC)
+    await cache.store_answer(lookup, SEMANTIC, tenant="acme", model="m", value=b"answer")
+    embedder.verdict = verdict
+    found = await cache.lookup(keys(asked), SEMANTIC)
+    assert (found.hit.kind if found.hit else None) == outcome
+    stats = await cache.stats()
+    assert stats["guard_refusals"] == ({refusal: 1} if refusal else {})
+    assert stats["pair_verifier"] == "ready"

@@ -66,6 +66,8 @@ ALLOWED = {
         "titan.observability",
         "titan.simulate",
         "titan.planning",
+        # `titan cache prepare-verifier`: the pair verifier's weights, trained ahead of serving.
+        "titan.cache",
     },
 }
 # Only the embedded backend (embedded*.py) may import the engine (benchmarks/ is outside titan).

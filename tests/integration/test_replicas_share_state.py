@@ -47,7 +47,10 @@ def replica_config(storage: str, *, workers: int) -> dict:
         "probes": {"enabled": False},
         "storage": storage,
         "auth": {"master_key": MASTER, "key_cache_s": 0},
-        "cache": {"exact": True, "semantic": {"enabled": True, "max_error_rate": None}},
+        "cache": {
+            "exact": True,
+            "semantic": {"enabled": True, "max_error_rate": None, "pair_verifier": False},
+        },
         "jobs": {"workers": workers, "poll_s": POLL_S},
     }  # fmt: skip
 
@@ -290,7 +293,7 @@ async def test_a_replica_storing_many_answers_still_follows_the_others(
     """A replica's own entries move its follow cursor too: a page of them must not hide what
     another replica stored after them (it did once: the cursor moved on others' entries only)."""
     monkeypatch.setattr(response_cache, "SYNC_PAGE", 4)
-    config = CacheConfig(semantic={"enabled": True, "max_error_rate": None})
+    config = CacheConfig(semantic={"enabled": True, "max_error_rate": None, "pair_verifier": False})
     client = redis.asyncio.Redis.from_url(redis_url)
     # Wall-clock seconds: Redis expires entries by its own clock.
     clock = [time.time()]

@@ -17,7 +17,8 @@ QUESTION = "What is the best way to learn to play the guitar as an adult?"
 
 
 # A fixed threshold, no error budget: a near question is served at once.
-FIXED = {"enabled": True, "max_error_rate": None}
+# A fixed threshold, no error budget, no pair verifier: the guards alone decide.
+FIXED = {"enabled": True, "max_error_rate": None, "pair_verifier": False}
 
 
 def cache_config(**cache) -> dict:
@@ -139,31 +140,57 @@ def test_paraphrases_hit_by_meaning_and_guarded_near_misses_do_not():
         assert negated.headers["x-titan-cache"] == "miss"
 
 
+def wait_for_the_verifier(titan: str) -> None:
+    """The pair verifier loads in the background after startup."""
+    stats: dict = {}
+    for _ in range(200):
+        admin = {"Authorization": f"Bearer {MASTER}"}
+        stats = httpx.get(f"{titan}/admin/cache", headers=admin).json()
+        if stats["pair_verifier"] != "preparing":
+            break
+        time.sleep(0.05)
+    assert stats["pair_verifier"] == "ready"
+
+
 @pytest.mark.slow
-def test_the_pair_verifier_refuses_another_task_on_the_same_subject_and_keeps_rewordings():
-    # The guards find no changed number, negation or entity between a bedtime story and a song
-    # about the same dragon; the verifier finds "song" matched by nothing in the cached question.
-    semantic = {**FIXED, "pair_verifier": True}
+@pytest.mark.parametrize(("threshold", "outcome", "refusals"), [
+    (0.0, "hit-semantic", {}), (1.01, "miss", {"verifier": 1}),
+])  # fmt: skip
+def test_the_pair_verifier_decides_in_the_server(
+    tiny_verifier_weights, monkeypatch, threshold, outcome, refusals
+):
+    # The real cross-encoder on the CPU kernels, with weights trained in seconds: its
+    # probability is whatever it is, so the threshold decides (0: always above, 1.01: never).
+    from titan.cache import pair_verifier
+
+    monkeypatch.setattr(pair_verifier, "THRESHOLD", threshold)
+    semantic = {**FIXED, "pair_verifier": True, "pair_verifier_weights": str(tiny_verifier_weights)}
     story = "Write a bedtime story about a dragon who is afraid of the dark."
+    admin = {"Authorization": f"Bearer {MASTER}"}
     with running_titan(cache_config(semantic=semantic, threshold=0.85)) as titan:
+        wait_for_the_verifier(titan)
         assert ask(titan, story).headers["x-titan-cache"] == "miss"
         time.sleep(0.3)  # the answer is stored in the background, after the response
         reworded = ask(titan, "Write a bedtime story about a dragon who's scared of the dark.")
-        assert reworded.headers["x-titan-cache"] == "hit-semantic"
-        song = ask(titan, "Write a song about a dragon who is afraid of the dark.")
-        assert song.headers["x-titan-cache"] == "miss"
-        stats = httpx.get(
-            f"{titan}/admin/cache", headers={"Authorization": f"Bearer {MASTER}"}
-        ).json()
-        assert stats["guard_refusals"] == {"verifier": 1}
+        assert reworded.headers["x-titan-cache"] == outcome
+        stats = httpx.get(f"{titan}/admin/cache", headers=admin).json()
+        assert stats["guard_refusals"] == refusals
 
 
 @pytest.mark.slow
-def test_under_an_error_budget_a_near_question_is_verified_before_any_is_served():
+def test_under_an_error_budget_a_near_question_is_verified_before_any_is_served(
+    tiny_verifier_weights, monkeypatch
+):
     # The defaults: max_error_rate 0.01. A cold cache serves no semantic hit; the near question
     # runs the model, and the two answers are compared (the simulated model answers each
-    # request with other words: they disagree).
-    with running_titan(cache_config(semantic=True)) as titan:
+    # request with other words: they disagree). The pair verifier (weights trained in seconds,
+    # its threshold 0) lets the candidate through to the budget.
+    from titan.cache import pair_verifier
+
+    monkeypatch.setattr(pair_verifier, "THRESHOLD", 0.0)
+    semantic = {"enabled": True, "pair_verifier_weights": str(tiny_verifier_weights)}
+    with running_titan(cache_config(semantic=semantic)) as titan:
+        wait_for_the_verifier(titan)
         assert ask(titan).headers["x-titan-cache"] == "miss"
         paraphrase = ask(titan, "What's the best way for an adult to learn to play the guitar?")
         assert paraphrase.headers["x-titan-cache"] == "miss"

@@ -31,7 +31,7 @@ def config() -> dict:
         "auth": {"master_key": MASTER, "key_cache_s": 0},
         "cache": {
             "exact": True,
-            "semantic": {"enabled": True, "max_error_rate": None},
+            "semantic": {"enabled": True, "max_error_rate": None, "pair_verifier": False},
         },  # B must hit neither
         "jobs": {"workers": 0},  # A's job stays queued: B's cancel meets a live job
     }

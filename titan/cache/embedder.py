@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from titan.cache.minilm import QuantizedMiniLM
-from titan.cache.pair_verifier import TokenVectors, token_vectors
+from titan.cache.pair_training import default_weights_dir, trained_weights
+from titan.cache.pair_verifier import PairVerifier
 from titan.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,8 @@ class Embedder:
     """Load once (a second or two), then a few ms per sentence on CPU, run in a worker thread so
     the event loop stays free. Sentences asked for while a batch runs wait and go together in
     the next one: under load, one model call serves many lookups. ``model``: a QuantizedMiniLM
-    or a FloatMiniLM (``encode`` to unit vectors, ``encode_tokens`` for the pair verifier,
-    ``token_offsets``), called on that thread."""
+    or a FloatMiniLM (``encode`` to unit vectors, ``token_offsets``), called on that
+    thread."""
 
     def __init__(self, model: Any, kind: str = "sentence-transformers float32"):
         self._model = model
@@ -54,6 +56,9 @@ class Embedder:
         # One thread of its own: torch keeps an OpenMP team per calling thread, so a fresh pool
         # thread per call (asyncio.to_thread) made each embedding 1.7x slower (12 ms vs 7 ms).
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="titan-embedder")
+        # The pair verifier (pair_verifier.py): trained at first use, then run on this thread.
+        self._verifier: PairVerifier | None = None
+        self.verifier_state = "off"  # off | preparing | ready | unavailable
 
     @classmethod
     def load(cls) -> Embedder:
@@ -92,15 +97,52 @@ class Embedder:
     def _encode(self, texts: list[str]) -> list[Vector]:
         return self._model.encode(texts)
 
-    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
-        """Blocking: each text's content tokens' vectors (the pair verifier's), on the
-        embedder's thread."""
-        return self._thread.submit(self._model.encode_tokens, texts).result()
+    def start_verifier(
+        self, weights_file: Path | None = None, weights_dir: Path | None = None
+    ) -> threading.Thread | None:
+        """Make the pair verifier ready in the background: ``weights_file``, or the weights in
+        the cache folder, trained there first when missing (minutes, once per machine). Until
+        it is ready ``pair_probability`` answers None, and the cache serves no semantic hit."""
+        kernels = getattr(self._model, "kernels", None)
+        if self.verifier_state != "off":
+            return None
+        if kernels is None:
+            self.verifier_state = "unavailable"
+            log.warning("the pair verifier needs the CPU kernels (a C compiler): no semantic hits")
+            return None
+        self.verifier_state = "preparing"
 
-    async def embed_tokens(self, texts: list[str]) -> list[TokenVectors]:
-        """``encode_tokens`` for the event loop: one forward for ``texts`` together."""
+        def prepare() -> None:
+            try:
+                weights = weights_file or trained_weights(
+                    weights_dir or default_weights_dir(), model_dir(), say=log.info
+                )
+                self._verifier = PairVerifier.load(model_dir(), weights, kernels)
+                self.verifier_state = "ready"
+                log.info("pair verifier ready", extra={"weights": str(weights)})
+            except Exception:
+                self.verifier_state = "unavailable"
+                log.exception("the pair verifier could not be prepared: no semantic hits")
+
+        thread = threading.Thread(target=prepare, name="titan-pair-verifier", daemon=True)
+        thread.start()
+        return thread
+
+    @property
+    def verifier(self) -> PairVerifier | None:
+        """The pair verifier once ready (for tools that score pairs in bulk; the cache calls
+        ``pair_probability``)."""
+        return self._verifier
+
+    async def pair_probability(self, cached: str, asked: str) -> float | None:
+        """The verifier's probability that ``asked`` asks what ``cached`` asked (None while
+        it is not ready), on the embedder's thread."""
+        verifier = self._verifier
+        if verifier is None:
+            return None
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._model.encode_tokens, texts)
+        found = await loop.run_in_executor(self._thread, verifier.probabilities, [(cached, asked)])
+        return found[0]
 
     async def embed(self, text: str) -> Vector:
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()
@@ -135,19 +177,6 @@ class FloatMiniLM:
     def encode(self, texts: list[str]) -> list[Vector]:
         vectors = self._model.encode(texts, normalize_embeddings=True, show_progress_bar=False)
         return [tuple(float(x) for x in vector) for vector in vectors]
-
-    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
-        table = self._model[0].auto_model.embeddings.word_embeddings.weight.detach().numpy()
-        states = self._model.encode(texts, output_value="token_embeddings")
-        out = []
-        for text, one in zip(texts, states, strict=True):
-            encoded = self._model.tokenizer(
-                text, truncation=True, max_length=self._model.max_seq_length
-            )
-            ids = encoded["input_ids"][1:-1]
-            pieces = self._model.tokenizer.convert_ids_to_tokens(ids)
-            out.append(token_vectors(pieces, one[1 : 1 + len(ids)].numpy(), table, ids))
-        return out
 
     def token_offsets(self, text: str) -> list[tuple[int, int]]:
         # No truncation: a document is far longer than the model's window; verbose=False drops

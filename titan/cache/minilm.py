@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from titan.cache.pair_verifier import TokenVectors, token_vectors
 from titan.kernels.library import CpuKernels
 from titan.kernels.packing import Q8_0, PackedWeight, pack_gguf, quantize_q8_0
 
@@ -60,7 +59,11 @@ class QuantizedMiniLM:
         self.isa = kernels.isa
 
     @classmethod
-    def load(cls, directory: Path, kernels: CpuKernels) -> QuantizedMiniLM:
+    def load(
+        cls, directory: Path, kernels: CpuKernels, weights_file: Path | None = None
+    ) -> QuantizedMiniLM:
+        """The model of ``directory``; with ``weights_file``, the same architecture with those
+        weights (the pair verifier's fine-tuned copy)."""
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
@@ -70,7 +73,9 @@ class QuantizedMiniLM:
             raise ValueError(f"not a BERT model with GELU: {directory}")
         weights = {
             name.removeprefix("bert."): array
-            for name, array in load_file(str(directory / "model.safetensors")).items()
+            for name, array in load_file(
+                str(weights_file or directory / "model.safetensors")
+            ).items()
         }
         settings = json.loads((directory / "sentence_bert_config.json").read_text())
         tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -82,12 +87,16 @@ class QuantizedMiniLM:
         embeddings = {
             "word": weights["embeddings.word_embeddings.weight"],
             "position": weights["embeddings.position_embeddings.weight"],
-            "type": weights["embeddings.token_type_embeddings.weight"][0],
+            "type": weights["embeddings.token_type_embeddings.weight"],
             "norm": _norm(weights, "embeddings.LayerNorm"),
         }
         count = int(config["num_hidden_layers"])
         layers = [_layer(weights, f"encoder.layer.{i}.") for i in range(count)]
         return cls(kernels, (tokenizer, whole), embeddings, layers, config)
+
+    @property
+    def kernels(self) -> CpuKernels:
+        return self._kernels
 
     def token_offsets(self, text: str) -> list[tuple[int, int]]:
         """Each token's character span in ``text``, no special tokens, not truncated."""
@@ -105,19 +114,6 @@ class QuantizedMiniLM:
         with torch.inference_mode():
             return [_pooled(states) for states in self._states(ids, torch)]
 
-    def encode_tokens(self, texts: list[str]) -> list[TokenVectors]:
-        """Each text's content tokens' vectors (pair_verifier.py), from one forward."""
-        import torch
-
-        encodings = [self._tokenizer.encode(text) for text in texts]
-        with torch.inference_mode():
-            states = self._states([encoding.ids for encoding in encodings], torch)
-        # Without [CLS] and [SEP]: the pieces the text itself is made of.
-        return [
-            token_vectors(e.tokens[1:-1], one[1:-1].numpy(), self._embeddings["word"], e.ids[1:-1])
-            for e, one in zip(encodings, states, strict=True)
-        ]
-
     def _states(self, ids: list[list[int]], torch: Any) -> list[Any]:
         """Each text's last-layer states, in forwards of at most MAX_TOKENS rows (one long text
         alone)."""
@@ -132,13 +128,30 @@ class QuantizedMiniLM:
             start = end
         return states
 
-    def _forward(self, ids: list[list[int]], torch: Any) -> list[Any]:
+    def pair_states(self, pairs: list[tuple[str, str]]) -> list[Any]:
+        """The [CLS] state of each pair of texts read together ([CLS] a [SEP] b [SEP], the
+        second text's tokens of type 1), as a cross-encoder reads them."""
+        import torch
+
+        encodings = [self._tokenizer.encode(first, second) for first, second in pairs]
+        ids = [encoding.ids for encoding in encodings]
+        types = [encoding.type_ids for encoding in encodings]
+        with torch.inference_mode():
+            return [states[0] for states in self._forward(ids, torch, types)]
+
+    def _forward(
+        self, ids: list[list[int]], torch: Any, types: list[list[int]] | None = None
+    ) -> list[Any]:
         functional = torch.nn.functional
         hidden, heads = self._hidden, self._heads
         lengths = [len(one) for one in ids]
         table = self._embeddings
-        rows = [table["word"][one] + table["position"][: len(one)] for one in ids]
-        x = torch.from_numpy(np.concatenate(rows) + table["type"])
+        type_ids = types or [[0] * len(one) for one in ids]
+        rows = [
+            table["word"][one] + table["position"][: len(one)] + table["type"][kinds]
+            for one, kinds in zip(ids, type_ids, strict=True)
+        ]
+        x = torch.from_numpy(np.concatenate(rows))
         x = functional.layer_norm(x, (hidden,), *table["norm"], self._eps)
         for layer in self._layers:
             qkv = self._linear(x, layer.qkv, torch).view(-1, 3, heads, hidden // heads)

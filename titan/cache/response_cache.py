@@ -222,9 +222,7 @@ class ResponseCache:
             stored = analyze(cached_question)
             reason = refusal(asked, stored, min_words=config.min_query_words)
             if reason is None and semantic.pair_verifier:
-                reason = await self._pair_verdict(
-                    keys.question, asked, cached_question, stored, similarity=similarity
-                )  # type: ignore[arg-type]
+                reason = await self._pair_verdict(cached_question, keys.question)  # type: ignore[arg-type]
             if reason is not None:
                 self.counters.guard_refusals[reason] += 1
                 continue
@@ -242,12 +240,14 @@ class ResponseCache:
             return CacheHit("semantic", entry.value, round(float(similarity), 4))
         return None
 
-    async def _pair_verdict(
-        self, question: str, asked: Analysis, cached: str, stored: Analysis, *, similarity: float
-    ) -> str | None:
-        """The pair verifier's: None, or "verifier" when it refuses (question, cached one)."""
-        tokens = await self.embedder.embed_tokens([question, cached])  # type: ignore[union-attr]
-        return pair_verifier.refusal(similarity, stored, asked, tokens[1], tokens[0])
+    async def _pair_verdict(self, cached: str, question: str) -> str | None:
+        """The pair verifier's: None, or why it refuses: "verifier" (the two questions do not
+        ask the same), "verifier_not_ready" (its weights are still being prepared: no semantic
+        hit until they are)."""
+        probability = await self.embedder.pair_probability(cached, question)  # type: ignore[union-attr]
+        if probability is None:
+            return "verifier_not_ready"
+        return None if probability >= pair_verifier.THRESHOLD else "verifier"
 
     # ---- storing -------------------------------------------------------------------------
 
@@ -329,6 +329,8 @@ class ResponseCache:
             "guard_refusals": dict(self.counters.guard_refusals),
             "verified": dict(self.counters.verified),
             "error_budget": self.budget.report(),
+            # off | preparing | ready | unavailable (the pair verifier's weights)
+            "pair_verifier": getattr(self.embedder, "verifier_state", "off"),
         }
 
     async def flush(self, *, tenant: str | None = None, model: str | None = None) -> int:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from titan.cli.bench_url import bench_url
+from titan.cli.cache import cache_app
 from titan.cli.chaos import chaos
 from titan.cli.config import config_app
 from titan.cli.jobs import jobs_app
@@ -357,6 +358,7 @@ def build_cli() -> typer.Typer:
     cli.add_typer(keys_app, name="keys")
     cli.add_typer(jobs_app, name="jobs")
     cli.add_typer(storage_app, name="storage")
+    cli.add_typer(cache_app, name="cache")
     cli.command("worker")(worker)
     cli.command("simulate")(simulate)
     cli.command("chaos")(chaos)

@@ -30,10 +30,15 @@ class SemanticCacheConfig(Settings):
     # or a fixed seed: only the same text agrees).
     answer_similarity: float = Field(0.9, gt=0, le=1)
     # The pair verifier (titan/cache/pair_verifier.py): a candidate that passes the guards is
-    # also compared with the question token by token (~5 ms more for a would-be hit). Off by
-    # default: it halves a fixed threshold's false hits, and also the error budget's hit rate
-    # (docs/caching.md).
-    pair_verifier: bool = False
+    # served only when a cross-encoder, reading the two questions together, says they ask the
+    # same (~5 ms more for a would-be hit). Its weights are trained at first use (minutes,
+    # once per machine); until they are ready no semantic hit is served. Off: the guards and
+    # the error budget alone (several times the false hits on held-out pairs, docs/caching.md).
+    pair_verifier: bool = True
+    # A weights file for it (pair_training.py's format, e.g. made on another machine by
+    # `titan cache prepare-verifier`); None: trained here at first use, kept in the cache
+    # folder (~/.cache/titan/pair-verifier).
+    pair_verifier_weights: str | None = None
 
 
 class CacheConfig(Settings):

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from titan.backends import Backend, create_backend
@@ -266,8 +267,15 @@ class Pipeline:
         """The response cache on the storage's cache store; the embedding model only when some
         model caches semantically."""
         configs = [m.cache or self.config.cache for m in self.config.models]
-        is_semantic = any(c.semantic.enabled for c in [*configs, self.config.cache])
-        embedder = await self._embedder_loaded() if is_semantic else None
+        semantic = [c.semantic for c in [*configs, self.config.cache] if c.semantic.enabled]
+        embedder = await self._embedder_loaded() if semantic else None
+        verifying = [s for s in semantic if s.pair_verifier]
+        if embedder is not None and verifying:
+            weights = next(
+                (s.pair_verifier_weights for s in verifying if s.pair_verifier_weights), None
+            )
+            # In the background: loaded, or trained once per machine first.
+            embedder.start_verifier(weights_file=Path(weights).expanduser() if weights else None)
         store = self.storage.cache or MemoryCache()  # type: ignore[union-attr]
         self._cache = ResponseCache(store, embedder=embedder)
         await self._cache.start()
