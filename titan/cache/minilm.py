@@ -114,7 +114,9 @@ class QuantizedMiniLM:
         with torch.inference_mode():
             return [_pooled(states) for states in self._states(ids, torch)]
 
-    def _states(self, ids: list[list[int]], torch: Any) -> list[Any]:
+    def _states(
+        self, ids: list[list[int]], torch: Any, types: list[list[int]] | None = None
+    ) -> list[Any]:
         """Each text's last-layer states, in forwards of at most MAX_TOKENS rows (one long text
         alone)."""
         states: list[Any] = []
@@ -124,7 +126,7 @@ class QuantizedMiniLM:
             while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
                 rows += len(ids[end])
                 end += 1
-            states += self._forward(ids[start:end], torch)
+            states += self._forward(ids[start:end], torch, types and types[start:end])
             start = end
         return states
 
@@ -137,7 +139,7 @@ class QuantizedMiniLM:
         ids = [encoding.ids for encoding in encodings]
         types = [encoding.type_ids for encoding in encodings]
         with torch.inference_mode():
-            return [states[0] for states in self._forward(ids, torch, types)]
+            return [states[0] for states in self._states(ids, torch, types)]
 
     def _forward(
         self, ids: list[list[int]], torch: Any, types: list[list[int]] | None = None
