@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import orjson
 
+from titan.cache.pair_training import read_pairs
 from titan.loadgen.metrics import percentile
 
 BASELINE_THRESHOLD = 0.8
@@ -54,8 +54,7 @@ class SearchIndex(Protocol):
 
 def load_pairs(path: str | Path) -> list[dict[str, Any]]:
     """The pairs of a JSON-lines file (blank lines skipped)."""
-    lines = Path(path).read_bytes().splitlines()
-    return [orjson.loads(line) for line in lines if line.strip()]
+    return read_pairs(Path(path))
 
 
 def similarities(pairs: Sequence[Pair], embedder: Encoder) -> np.ndarray:

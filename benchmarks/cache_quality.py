@@ -58,9 +58,20 @@ class ServedVerdict:
         reason = guards.refusal(guards.analyze(query), guards.analyze(cached))
         if reason is not None:
             return reason
+        return None if self._score(query, cached) >= pair_verifier.THRESHOLD else "verifier"
+
+    def probability(self, query: str, cached: str) -> float | None:
+        """The verifier's probability for a pair the guards let through (None: they refuse)."""
+        from titan.cache import guards
+
+        if guards.refusal(guards.analyze(query), guards.analyze(cached)) is not None:
+            return None
+        return self._score(query, cached)
+
+    def _score(self, query: str, cached: str) -> float:
         if (cached, query) not in self._probabilities:
             self._probabilities[cached, query] = self._verifier.probabilities([(cached, query)])[0]
-        return None if self._probabilities[cached, query] >= pair_verifier.THRESHOLD else "verifier"
+        return self._probabilities[cached, query]
 
 
 def _with_kinds(result: dict[str, Any], pairs: Sequence[cache_eval.Pair]) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "Labeled sets of (cached question, later question) pairs: the project's own, the "
         "calibration pairs and the pairs written for training are **training** sets "
         "(`titan/cache/training`: the guards were tuned and the pair verifier trained on "
-        "them, its threshold chosen on a fifth of them held back); the **held-out** pairs "
+        "them, its threshold chosen with groups of their writers left out); the **held-out** pairs "
         "(`tests/data`: A, then B, C and D, written later) were written by helpers who never "
         "read `titan/cache`, from a brief listing only the kinds of near miss, and nothing is "
         "tuned or trained on them (`tests/data/semantic_cache_heldout*.md`). A policy serves a "

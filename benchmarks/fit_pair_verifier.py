@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from titan.cache import guards
+from benchmarks.cache_eval import similarities
+from benchmarks.cache_quality import ServedVerdict
 from titan.cache.embedder import Embedder, model_dir
 from titan.cache.pair_training import (
     TRAINING_DIR,
@@ -56,17 +57,13 @@ def served_probabilities(
     pairs: Sequence[dict[str, Any]], embedder: Embedder, verifier: PairVerifier, floor: float
 ) -> np.ndarray:
     """The verifier's probability for each pair that reaches it (cosine at or above the floor,
-    the guards passed), 0 for the others."""
-    texts = sorted({str(pair[side]) for pair in pairs for side in ("cached", "query")})
-    vectors = dict(zip(texts, np.asarray(embedder.encode(texts), dtype=np.float32), strict=True))
+    the guards passed: the server's path), 0 for the others."""
+    verdict = ServedVerdict(verifier)
     out = np.zeros(len(pairs))
-    for index, pair in enumerate(pairs):
-        cached, query = str(pair["cached"]), str(pair["query"])
-        if float(vectors[cached] @ vectors[query]) < floor:
-            continue
-        if guards.refusal(guards.analyze(query), guards.analyze(cached)) is not None:
-            continue
-        out[index] = verifier.probabilities([(cached, query)])[0]
+    cosines = similarities(pairs, embedder)
+    for index, (pair, similarity) in enumerate(zip(pairs, cosines, strict=True)):
+        if similarity >= floor:
+            out[index] = verdict.probability(str(pair["query"]), str(pair["cached"])) or 0.0
     return out
 
 

@@ -60,10 +60,10 @@ class QuantizedMiniLM:
 
     @classmethod
     def load(
-        cls, directory: Path, kernels: CpuKernels, weights_file: Path | None = None
+        cls, directory: Path, kernels: CpuKernels, weights: dict[str, Any] | None = None
     ) -> QuantizedMiniLM:
-        """The model of ``directory``; with ``weights_file``, the same architecture with those
-        weights (the pair verifier's fine-tuned copy)."""
+        """The model of ``directory``; with ``weights`` (safetensors' arrays by name), the same
+        architecture with those weights (the pair verifier's fine-tuned copy)."""
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
@@ -71,12 +71,9 @@ class QuantizedMiniLM:
         config = json.loads((directory / "config.json").read_text())
         if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
             raise ValueError(f"not a BERT model with GELU: {directory}")
-        weights = {
-            name.removeprefix("bert."): array
-            for name, array in load_file(
-                str(weights_file or directory / "model.safetensors")
-            ).items()
-        }
+        if weights is None:
+            weights = load_file(str(directory / "model.safetensors"))
+        weights = {name.removeprefix("bert."): array for name, array in weights.items()}
         settings = json.loads((directory / "sentence_bert_config.json").read_text())
         tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         tokenizer.no_padding()

@@ -41,10 +41,9 @@ class PairVerifier:
     def load(cls, base_dir: Path, weights_file: Path, kernels: Any) -> PairVerifier:
         from safetensors.numpy import load_file
 
-        head = {name: array for name, array in load_file(str(weights_file)).items()
-                if name.startswith(HEAD)}  # fmt: skip
-        model = QuantizedMiniLM.load(base_dir, kernels, weights_file)
-        return cls(model, head[f"{HEAD}.weight"], float(head[f"{HEAD}.bias"][0]))
+        weights = load_file(str(weights_file))
+        model = QuantizedMiniLM.load(base_dir, kernels, weights)
+        return cls(model, weights[f"{HEAD}.weight"], float(weights[f"{HEAD}.bias"][0]))
 
     def probabilities(self, pairs: list[tuple[str, str]]) -> list[float]:
         states = self._model.pair_states(pairs)
