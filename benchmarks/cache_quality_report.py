@@ -13,6 +13,7 @@ SET_NAMES = {
     "heldout_b": "**held-out pairs B**",
     "heldout_c": "**held-out pairs C**",
     "heldout_d": "**held-out pairs D**",
+    "heldout_e": "**held-out pairs E**",
 }
 
 
@@ -22,13 +23,18 @@ def _pct(value: float) -> str:
 
 def set_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["set", "pairs (paraphrases)", "paraphrases hit", "false-hit rate (false hits)",
-              "cosine ≥ 0.8 alone: hit / false"]  # fmt: skip
+              "cosine ≥ 0.8 alone: hit / false",
+              "pairs also in training; the rest: hit / false"]  # fmt: skip
     rows = []
     for name, row in results["per_set"].items():
+        unseen = "–"
+        if "also_in_training" in row:
+            unseen = (f"{row['also_in_training']}; {_pct(row['unseen_recall'])} / "
+                      f"{_pct(row['unseen_false_hit_rate'])}")  # fmt: skip
         cells = [
             SET_NAMES.get(name, name), f"{row['pairs']} ({row['should_hit']})",
             _pct(row["recall"]), f"{_pct(row['false_hit_rate'])} ({row['false_hits']})",
-            f"{_pct(row['baseline_recall'])} / {_pct(row['baseline_false_hit_rate'])}",
+            f"{_pct(row['baseline_recall'])} / {_pct(row['baseline_false_hit_rate'])}", unseen,
         ]  # fmt: skip
         rows.append(cells)
     return header, rows

@@ -144,9 +144,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "calibration pairs and the pairs written for training are **training** sets "
         "(`titan/cache/training`: the guards were tuned and the pair verifier trained on "
         "them, its threshold chosen with groups of their writers left out); the **held-out** pairs "
-        "(`tests/data`: A, then B, C and D, written later) were written by helpers who never "
-        "read `titan/cache`, from a brief listing only the kinds of near miss, and nothing is "
-        "tuned or trained on them (`tests/data/semantic_cache_heldout*.md`). A policy serves a "
+        "(`tests/data`: A, then B, C, D and E, written later) were written by helpers who "
+        "never read `titan/cache`, from a brief listing only the kinds of near miss, and "
+        "nothing is tuned or trained on them (`tests/data/semantic_cache_heldout*.md`; the "
+        "last column: the pairs that are also a training pair word for word, and the rates "
+        "without them). A policy serves a "
         "pair when the cosine similarity of the two embeddings reaches its threshold and, for "
         f"Titan, its {rule(results)} accept it"
         + (f" (every {s['pair_stride']}th pair of each set)." if s["pair_stride"] > 1 else ".")
@@ -245,9 +247,10 @@ def _target(name: str, value: float | None, comparison: str, target: float, unit
 
 
 def _later_heldout_targets(results: dict[str, Any], threshold: float) -> list[dict[str, Any]]:
-    """The same two targets on each held-out set written after the first (B, C, D)."""
+    """The same two targets on each held-out set written after the first (B to E)."""
     checks = []
-    for name, label in (("heldout_b", "B"), ("heldout_c", "C"), ("heldout_d", "D")):
+    later = (("heldout_b", "B"), ("heldout_c", "C"), ("heldout_d", "D"), ("heldout_e", "E"))
+    for name, label in later:
         row = results["per_set"].get(name)
         if row is None:
             continue

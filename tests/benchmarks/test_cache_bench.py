@@ -98,7 +98,7 @@ def test_every_target_has_a_verdict(quick_run):
     targets = outcome.results["targets"]
     # The held-out sets' two rates each, the realized error at each max_error_rate, held-out
     # traffic, latency.
-    assert len(targets) == 15  # two of them for each of the four held-out sets
+    assert len(targets) == 17  # two of them for each of the five held-out sets
     assert all(isinstance(t["passed"], bool) and t["value"] is not None for t in targets)
     target_rows = output.read_text().split("### Targets")[1].split("###")[0]
     assert len(re.findall(r"\| (PASS|FAIL) \|", target_rows)) == len(targets)
@@ -113,6 +113,12 @@ def test_the_evaluation_compares_the_configured_policy_with_the_baseline(quick_r
     assert set(evaluation["kinds"]) >= {"paraphrase", "negation", "number"}
     assert len(evaluation["curves"]["titan"]) == len(evaluation["curves"]["baseline"]) == 50
     assert settings.pair_stride == 4
+    # Held-out pairs that are training pairs word for word are counted, the rest rated apart.
+    per_set = outcome.results["per_set"]
+    assert all("also_in_training" not in per_set[name] for name in ("project", "written"))
+    for name in ("heldout", "heldout_e"):
+        assert 0 <= per_set[name]["also_in_training"] < per_set[name]["pairs"]
+        assert 0 <= per_set[name]["unseen_false_hit_rate"] <= 1
 
 
 def test_latency_and_overheads_at_each_size(quick_run):
