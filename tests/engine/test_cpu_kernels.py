@@ -248,7 +248,7 @@ def test_reduced_attention_is_close_to_float32_and_batch_invariant(
 
 
 def test_kv_codes_are_the_same_on_every_path(kernels):
-    """The int8 unit's KV codes (kv_codes.h: AVX-512 where the unit runs, plain C elsewhere)
+    """The int8 unit's KV codes (kv_codes.h: AVX-512 or AVX2 where they run, plain C elsewhere)
     round every key and value alike; ties (x.5) round to even, the instruction's way."""
     generator = torch.Generator().manual_seed(5)
     k_cache, v_cache = _outlier_caches(generator, 6, 3, 64)

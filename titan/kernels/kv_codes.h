@@ -4,7 +4,8 @@
  * value of the context again for each tile of queries and each decode step (a decode step over
  * 6,000 cached tokens spent most of its attention there); now they are rounded once, where they
  * are written (forward.c's KV write, kv_move.c's context shift), from the float16 numbers as
- * stored. Where a caller keeps no codes, the units write a step's with these same functions
+ * stored (AVX-512 or AVX2 loops where the CPU has them, plain C elsewhere: the same bytes). Where
+ * a caller keeps no codes, the units write a step's with these same functions
  * (attention.h's int8_step_at): the tests compare the outputs both ways.
  *
  * Layout per cache block and KV head:
@@ -19,7 +20,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -38,7 +39,16 @@ static inline uint32_t *kv_codes_block(uint32_t *codes, int64_t block, int64_t k
 static inline void write_key_code(const float *key, int64_t hd, uint32_t *block_codes, int64_t bs,
                                   int64_t offset) {
     float top = 0.f;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    __m256 tops = _mm256_setzero_ps(); /* max |x|, exact in any order */
+    for (int64_t d = 0; d < hd; d += 8)
+        tops = _mm256_max_ps(tops, _mm256_andnot_ps(_mm256_set1_ps(-0.f), _mm256_loadu_ps(key + d)));
+    float lanes8[8];
+    _mm256_storeu_ps(lanes8, tops);
+    for (int i = 0; i < 8; i++) top = fmaxf(top, lanes8[i]);
+#else
     for (int64_t d = 0; d < hd; d++) top = fmaxf(top, fabsf(key[d]));
+#endif
     const float inverse = top > 0.f ? 127.f / top : 0.f;
 #if defined(__AVX512F__)
     for (int64_t d = 0; d < hd; d += 16) { /* 16 dims: four lanes of four bytes */
@@ -48,6 +58,21 @@ static inline void write_key_code(const float *key, int64_t hd, uint32_t *block_
         uint32_t lanes[4];
         _mm_storeu_si128((__m128i *)lanes, _mm512_cvtepi32_epi8(codes));
         for (int i = 0; i < 4; i++) block_codes[(d / 4 + i) * bs + offset] = lanes[i];
+    }
+#elif defined(__AVX2__)
+    /* 8 dims: the low byte of each code, four to a 128-bit half, one lane each (the scalar
+     * loop below, byte for byte: cvtps rounds as nearbyintf does, to nearest even); a context
+     * shift writes a code per moved token, and this took most of the move on AVX2 CPUs */
+    const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                               -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
+                                               -1, -1, -1, -1, -1, -1);
+    for (int64_t d = 0; d < hd; d += 8) {
+        const __m256i codes = _mm256_add_epi32(
+            _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(key + d), _mm256_set1_ps(inverse))),
+            _mm256_set1_epi32(128));
+        const __m256i bytes = _mm256_shuffle_epi8(codes, low_bytes);
+        block_codes[(d / 4) * bs + offset] = (uint32_t)_mm256_extract_epi32(bytes, 0);
+        block_codes[(d / 4 + 1) * bs + offset] = (uint32_t)_mm256_extract_epi32(bytes, 4);
     }
 #else
     for (int64_t g = 0; g < hd / 4; g++) {
