@@ -22,6 +22,7 @@ from titan.kernels.library import CpuKernels
 from titan.kernels.packing import Q8_0, PackedWeight, pack_gguf, quantize_q8_0
 
 Vector = tuple[float, ...]
+Rows = list[list[int]]  # per text: its token ids, or their segment types
 # Rows per forward: a RAG file's hundreds of 256-token chunks in one would hold gigabytes of
 # activations (the FFN's are 1,536 floats a token).
 MAX_TOKENS = 2048
@@ -108,16 +109,11 @@ class QuantizedMiniLM:
         import torch
 
         ids = [self._tokenizer.encode(text).ids for text in texts]
+        types = [[0] * len(one) for one in ids]
         with torch.inference_mode():
-            return [_pooled(states) for states in self._states(ids, torch)]
+            return [_pooled(states) for states in self._states(ids, types, torch)]
 
-    def _states(
-        self,
-        ids: list[list[int]],
-        torch: Any,
-        types: list[list[int]] | None = None,
-        first_only: bool = False,
-    ) -> list[Any]:
+    def _states(self, ids: Rows, types: Rows, torch: Any, first_only: bool = False) -> list[Any]:
         """Each text's last-layer states (with ``first_only``, its first token's alone), in
         forwards of at most MAX_TOKENS rows (one long text alone)."""
         states: list[Any] = []
@@ -127,8 +123,7 @@ class QuantizedMiniLM:
             while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
                 rows += len(ids[end])
                 end += 1
-            part = types and types[start:end]
-            states += self._forward(ids[start:end], torch, part, first_only)
+            states += self._forward(ids[start:end], types[start:end], torch, first_only)
             start = end
         return states
 
@@ -141,15 +136,9 @@ class QuantizedMiniLM:
         ids = [encoding.ids for encoding in encodings]
         types = [encoding.type_ids for encoding in encodings]
         with torch.inference_mode():
-            return [states[0] for states in self._states(ids, torch, types, first_only=True)]
+            return [states[0] for states in self._states(ids, types, torch, first_only=True)]
 
-    def _forward(
-        self,
-        ids: list[list[int]],
-        torch: Any,
-        types: list[list[int]] | None = None,
-        first_only: bool = False,
-    ) -> list[Any]:
+    def _forward(self, ids: Rows, types: Rows, torch: Any, first_only: bool) -> list[Any]:
         """The last layer's states of each text; with ``first_only``, of its first token
         alone: the last layer's keys and values still come from every token, but its query,
         output projection and feed-forward run for that one row (a cross-encoder reads
@@ -159,10 +148,9 @@ class QuantizedMiniLM:
         scale = (hidden // heads) ** -0.5
         lengths = [len(one) for one in ids]
         table = self._embeddings
-        type_ids = types or [[0] * len(one) for one in ids]
         rows = [
             table["word"][one] + table["position"][: len(one)] + table["type"][kinds]
-            for one, kinds in zip(ids, type_ids, strict=True)
+            for one, kinds in zip(ids, types, strict=True)
         ]
         x = torch.from_numpy(np.concatenate(rows))
         x = functional.layer_norm(x, (hidden,), *table["norm"], self._eps)
