@@ -202,25 +202,30 @@ async def time_lookups(
     total_s: list[float] = []
     embed_s: list[float] = []
     outcomes: Counter[str] = Counter()
+    verified: Counter[int] = Counter()  # lookups by the number of pairs verified in them
     gc.collect()
     for i, key in enumerate(keys):
         embedder.take()
+        embedder.take_pairs()
         started = time.perf_counter()
         lookup = await cache.lookup(key, config)
         elapsed = time.perf_counter() - started
         spent = embedder.take()
+        pairs = embedder.take_pairs()
         if i < settings.warmup:
             refusals_before = Counter(cache.counters.guard_refusals)
             continue
         total_s.append(elapsed)
         embed_s.append(spent)
         outcomes["miss" if lookup.hit is None else f"hit-{lookup.hit.kind}"] += 1
+        verified[pairs] += 1
     refusals = Counter(cache.counters.guard_refusals) - refusals_before
     return {
         "lookup": _stats(total_s),
         "embed": _stats(embed_s),
         "beyond_embed": _stats([t - e for t, e in zip(total_s, embed_s, strict=True)]),
         "outcomes": dict(outcomes),
+        "pairs_verified": {str(n): verified[n] for n in sorted(verified)},
         "guard_refusals": dict(refusals),
     }
 

@@ -307,6 +307,7 @@ class TimedEmbedder:
     def __init__(self, inner: Any):
         self.inner = inner
         self._spent_s = 0.0
+        self._pairs = 0
 
     def encode(self, texts: list[str]) -> Any:
         return self.inner.encode(texts)
@@ -319,6 +320,7 @@ class TimedEmbedder:
             self._spent_s += time.perf_counter() - started
 
     async def pair_probability(self, cached: str, asked: str) -> Any:
+        self._pairs += 1
         started = time.perf_counter()
         try:
             return await self.inner.pair_probability(cached, asked)
@@ -329,3 +331,8 @@ class TimedEmbedder:
         """Seconds spent in the models since the last call."""
         spent, self._spent_s = self._spent_s, 0.0
         return spent
+
+    def take_pairs(self) -> int:
+        """Pairs verified since the last call."""
+        pairs, self._pairs = self._pairs, 0
+        return pairs

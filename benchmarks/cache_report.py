@@ -17,8 +17,8 @@ SECTION_START, SECTION_END = results_file.markers(NAME)
 _POLICY_HEADER = ["policy", "threshold", "paraphrases hit", "false-hit rate", "precision",
                   "true hits", "false hits"]  # fmt: skip
 _LATENCY_HEADER = [
-    "entries in the scope", "index", "lookups", "outcomes", "lookup p50", "lookup p99",
-    "models p50", "models p99", "rest p50", "rest p99",
+    "entries in the scope", "index", "lookups", "outcomes", "pairs verified: lookups",
+    "lookup p50", "lookup p99", "models p50", "models p99", "rest p50", "rest p99",
 ]  # fmt: skip
 _OVERHEAD_HEADER = [
     "entries in the scope", "exact hit p50", "exact hit p99", "miss beyond the models p50",
@@ -98,8 +98,9 @@ def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[li
         lat, over = size["latency"], size["overheads"]
         entries = f"{size['indexed_entries']:,}"
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(lat["outcomes"].items()))
+        verified = ", ".join(f"{k}: {v}" for k, v in lat.get("pairs_verified", {}).items())
         latency_rows.append([
-            entries, size["index"], str(lat["lookup"]["n"]), outcomes,
+            entries, size["index"], str(lat["lookup"]["n"]), outcomes, verified or "–",
             _num(lat["lookup"]["p50_ms"]), f"**{_num(lat['lookup']['p99_ms'])}**",
             _num(lat["embed"]["p50_ms"]), _num(lat["embed"]["p99_ms"]),
             _num(lat["beyond_embed"]["p50_ms"]), _num(lat["beyond_embed"]["p99_ms"]),
@@ -207,7 +208,8 @@ def _cost_lines(results: dict[str, Any], tables: dict[str, Any]) -> list[str]:
         "pair's cached question, embedded and stored with `store_answer`; the lookups are the "
         f"pairs' queries, shuffled ({s['lookups']} per size after {s['warmup']} untimed), so "
         "paraphrases find their cached question above the threshold and near misses reach the "
-        "guards and the pair verifier. Outcomes: hit-semantic / hit-exact / miss. Models = "
+        "guards and the pair verifier. Outcomes: hit-semantic / hit-exact / miss. Pairs "
+        "verified: how many lookups ran the pair verifier that many times. Models = "
         "the embedding, and the pair verifier for each candidate the guards let through (their "
         "thread hops included); rest = the lookup minus them (exact probe, search, `get`, "
         "guards).",

@@ -90,3 +90,25 @@ def test_another_pipeline_is_refused(tmp_path, models):
     pooling.write_text(json.dumps(config))
     with pytest.raises(ValueError, match="pooling"):
         QuantizedMiniLM.load(copy, models[0]._model._kernels)
+
+
+def test_the_portable_build_computes_the_same_vectors(tmp_path, models):
+    """bert.c on a CPU without AVX2 (the x86-64 baseline build: scalar quantizing, no FMA)
+    against this machine's build: the same model within float rounding (which moves an int8
+    activation's rounding now and then: the vectors differ by more than float32's epsilon)."""
+    from titan.kernels.build import build_library
+    from titan.kernels.library import CpuKernels
+
+    library = build_library(tmp_path, march="x86-64")
+    assert library is not None
+    portable = QuantizedMiniLM.load(model_dir(), CpuKernels(library, 2))
+    texts = SENTENCES + labeled_questions(20)
+    ours = np.array(models[0].encode(texts))
+    theirs = np.array(portable.encode(texts))
+    cosines = (ours * theirs).sum(axis=1)
+    assert cosines[[bool(text) for text in texts]].min() > 0.9998
+    assert cosines.min() > 0.999  # the empty text, as against the float model
+    pairs = list(zip(texts[:-1:2], texts[1::2], strict=True))
+    mine, other = models[0]._model.pair_states(pairs), portable.pair_states(pairs)
+    norms = np.linalg.norm(mine, axis=1) * np.linalg.norm(other, axis=1)
+    assert ((mine * other).sum(axis=1) / norms).min() > 0.9995  # the cross-encoder's [CLS] states

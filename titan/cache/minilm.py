@@ -4,13 +4,15 @@ input quantized to int8 per block of 32, as the engine's quantized path does.
 
 Why: a lookup embeds one short question, and the float32 model then streams its 42 MB of
 weights for ~12 tokens (8.5 of torch's 14 ms went to the linear layers on a 2-core EPYC). Q8_0
-weights are a quarter of that, and the int8 dot products are the kernels' own. The vectors stay
-within cosine 0.999 of the float32 model's, 0.9997 on average (tests/cache/test_minilm.py).
-Layer norms, GELU and attention over the question's few tokens stay float32, in torch.
+weights are a quarter of that, and the int8 dot products are the kernels' own. The whole
+forward is one C call (kernels/bert.c): the ~15 torch operations a layer between the GEMMs
+cost about as much as the GEMMs on a question's few tokens. The vectors stay within cosine
+0.999 of the float32 model's, 0.9997 on average (tests/cache/test_minilm.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from titan.kernels.library import CpuKernels
+from titan.kernels.library import BertBatch, BertLayer, BertModel, CpuKernels, pointer, qweight
 from titan.kernels.packing import Q8_0, PackedWeight, pack_gguf, quantize_q8_0
 
 Vector = tuple[float, ...]
@@ -26,6 +28,7 @@ Rows = list[list[int]]  # per text: its token ids, or their segment types
 # Rows per forward: a RAG file's hundreds of 256-token chunks in one would hold gigabytes of
 # activations (the FFN's are 1,536 floats a token).
 MAX_TOKENS = 2048
+MEAN_UNIT, FIRST_STATE = 0, 1  # bert.c's outputs: pooled unit vectors, or [CLS] states
 
 
 @dataclass(frozen=True)
@@ -33,30 +36,21 @@ class _Linear:
     weight: PackedWeight
     bias: np.ndarray  # float32 [rows]
 
-
-@dataclass(frozen=True)
-class _Layer:
-    qkv: _Linear
-    out: _Linear
-    norm1: tuple[Any, Any]  # torch weight, bias
-    up: _Linear
-    down: _Linear
-    norm2: tuple[Any, Any]
+    def view(self) -> Any:
+        return qweight(self.weight, self.bias)
 
 
 class QuantizedMiniLM:
     """``encode`` as sentence-transformers' for this model's directory (BERT + mean pooling +
     normalize); ``load`` refuses another pipeline with ValueError."""
 
-    def __init__(self, kernels: CpuKernels, tokenizers: tuple[Any, Any], embeddings: dict[str, Any],
-                 layers: list[_Layer], config: dict[str, Any]):  # fmt: skip
+    def __init__(self, kernels: CpuKernels, tokenizers: tuple[Any, Any], arrays: list[Any],
+                 model: BertModel):  # fmt: skip
         self._kernels = kernels
         self._tokenizer, self._whole = tokenizers
-        self._embeddings = embeddings
-        self._layers = layers
-        self._hidden = int(config["hidden_size"])
-        self._heads = int(config["num_attention_heads"])
-        self._eps = float(config["layer_norm_eps"])
+        self._arrays = arrays  # what the C structure points into: kept alive with it
+        self._model = model
+        self._hidden = int(model.hidden)
         self.isa = kernels.isa
 
     @classmethod
@@ -82,15 +76,8 @@ class QuantizedMiniLM:
         whole.no_padding()
         whole.no_truncation()
         tokenizer.enable_truncation(int(settings.get("max_seq_length", 256)))
-        embeddings = {
-            "word": weights["embeddings.word_embeddings.weight"],
-            "position": weights["embeddings.position_embeddings.weight"],
-            "type": weights["embeddings.token_type_embeddings.weight"],
-            "norm": _norm(weights, "embeddings.LayerNorm"),
-        }
-        count = int(config["num_hidden_layers"])
-        layers = [_layer(weights, f"encoder.layer.{i}.") for i in range(count)]
-        return cls(kernels, (tokenizer, whole), embeddings, layers, config)
+        arrays, model = _bert_model(weights, config)
+        return cls(kernels, (tokenizer, whole), arrays, model)
 
     @property
     def kernels(self) -> CpuKernels:
@@ -106,86 +93,39 @@ class QuantizedMiniLM:
         at once (the weights are read once for the batch), attention and pooling go text by
         text. Every operation is per row or per text, so a text's vector is the same bits
         whatever else is in the batch."""
-        import torch
-
         ids = [self._tokenizer.encode(text).ids for text in texts]
         types = [[0] * len(one) for one in ids]
-        with torch.inference_mode():
-            return [_pooled(states) for states in self._states(ids, types, torch)]
+        return [tuple(row.tolist()) for row in self._outputs(ids, types, MEAN_UNIT)]
 
-    def _states(self, ids: Rows, types: Rows, torch: Any, first_only: bool = False) -> list[Any]:
-        """Each text's last-layer states (with ``first_only``, its first token's alone), in
-        forwards of at most MAX_TOKENS rows (one long text alone)."""
-        states: list[Any] = []
+    def pair_states(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        """The [CLS] state of each pair of texts read together ([CLS] a [SEP] b [SEP], the
+        second text's tokens of type 1), as a cross-encoder reads them: [pairs, hidden]."""
+        encodings = [self._tokenizer.encode(first, second) for first, second in pairs]
+        ids = [encoding.ids for encoding in encodings]
+        types = [encoding.type_ids for encoding in encodings]
+        return self._outputs(ids, types, FIRST_STATE)
+
+    def _outputs(self, ids: Rows, types: Rows, output: int) -> np.ndarray:
+        """bert.c's ``output`` of each text, in forwards of at most MAX_TOKENS rows (one long
+        text alone)."""
+        out = np.empty((len(ids), self._hidden), dtype=np.float32)
         start = 0
         while start < len(ids):
             end, rows = start, 0
             while end < len(ids) and (end == start or rows + len(ids[end]) <= MAX_TOKENS):
                 rows += len(ids[end])
                 end += 1
-            states += self._forward(ids[start:end], types[start:end], torch, first_only)
+            self._forward(ids[start:end], types[start:end], output, out[start:end])
             start = end
-        return states
+        return out
 
-    def pair_states(self, pairs: list[tuple[str, str]]) -> list[Any]:
-        """The [CLS] state of each pair of texts read together ([CLS] a [SEP] b [SEP], the
-        second text's tokens of type 1), as a cross-encoder reads them."""
-        import torch
-
-        encodings = [self._tokenizer.encode(first, second) for first, second in pairs]
-        ids = [encoding.ids for encoding in encodings]
-        types = [encoding.type_ids for encoding in encodings]
-        with torch.inference_mode():
-            return [states[0] for states in self._states(ids, types, torch, first_only=True)]
-
-    def _forward(self, ids: Rows, types: Rows, torch: Any, first_only: bool) -> list[Any]:
-        """The last layer's states of each text; with ``first_only``, of its first token
-        alone: the last layer's keys and values still come from every token, but its query,
-        output projection and feed-forward run for that one row (a cross-encoder reads
-        [CLS] alone: most of a layer's work of six, for a ~25-token pair)."""
-        functional = torch.nn.functional
-        hidden, heads = self._hidden, self._heads
-        scale = (hidden // heads) ** -0.5
-        lengths = [len(one) for one in ids]
-        table = self._embeddings
-        rows = [
-            table["word"][one] + table["position"][: len(one)] + table["type"][kinds]
-            for one, kinds in zip(ids, types, strict=True)
-        ]
-        x = torch.from_numpy(np.concatenate(rows))
-        x = functional.layer_norm(x, (hidden,), *table["norm"], self._eps)
-        for index, layer in enumerate(self._layers):
-            last = first_only and index == len(self._layers) - 1
-            qkv = self._linear(x, layer.qkv, torch).view(-1, 3, heads, hidden // heads)
-            attended = []
-            for text in qkv.split(lengths):
-                q, k, v = text.permute(1, 2, 0, 3)  # each [heads, tokens, head_dim]
-                q = q[:, :1] if last else q
-                # softmax(q k^T / sqrt(d)) v, spelt out: half the time of torch's
-                # scaled_dot_product_attention on a question's few tokens
-                weights = torch.softmax(q @ k.transpose(1, 2) * scale, dim=-1)
-                attended.append((weights @ v).transpose(0, 1).reshape(-1, hidden))
-            if last:  # from here on, each text's first row alone
-                x = x[np.cumsum([0, *lengths[:-1]]).tolist()]
-                lengths = [1] * len(lengths)
-            x = x + self._linear(torch.cat(attended), layer.out, torch)
-            x = functional.layer_norm(x, (hidden,), *layer.norm1, self._eps)
-            inner = functional.gelu(self._linear(x, layer.up, torch))
-            x = x + self._linear(inner, layer.down, torch)
-            x = functional.layer_norm(x, (hidden,), *layer.norm2, self._eps)
-        return list(x.split(lengths))
-
-    def _linear(self, x: Any, linear: _Linear, torch: Any) -> Any:
-        rows = np.ascontiguousarray(x.numpy())
-        return torch.from_numpy(self._kernels.qgemm(rows, linear.weight, linear.bias))
-
-
-def _pooled(states: Any) -> Vector:
-    """Mean pooling over the text's tokens, unit length (sentence-transformers' pipeline)."""
-    import torch
-
-    vector = torch.nn.functional.normalize(states.mean(0), dim=0)
-    return tuple(float(value) for value in vector)
+    def _forward(self, ids: Rows, types: Rows, output: int, out: np.ndarray) -> None:
+        starts = np.cumsum([0, *(len(one) for one in ids)], dtype=np.int64)
+        token_ids = np.fromiter((i for one in ids for i in one), np.int64, int(starts[-1]))
+        type_ids = np.fromiter((i for one in types for i in one), np.int64, int(starts[-1]))
+        batch = BertBatch(len(ids), pointer(starts), pointer(token_ids), pointer(type_ids),
+                          output, pointer(out))  # fmt: skip
+        self._kernels.bert_forward(self._model, batch)
 
 
 def _check_pipeline(directory: Path) -> None:
@@ -210,20 +150,49 @@ def _quantized(weights: dict[str, Any], *names: str) -> _Linear:
     return _Linear(pack_gguf(quantize_q8_0(matrix), Q8_0), np.ascontiguousarray(bias))
 
 
-def _norm(weights: dict[str, Any], name: str) -> tuple[Any, Any]:
-    import torch
-
-    return (torch.from_numpy(weights[f"{name}.weight"].astype(np.float32)),
-            torch.from_numpy(weights[f"{name}.bias"].astype(np.float32)))  # fmt: skip
+def _float(weights: dict[str, Any], name: str) -> np.ndarray:
+    return np.ascontiguousarray(weights[name], dtype=np.float32)
 
 
-def _layer(weights: dict[str, Any], prefix: str) -> _Layer:
-    attention = prefix + "attention."
-    return _Layer(
-        qkv=_quantized(weights, *(f"{attention}self.{part}" for part in ("query", "key", "value"))),
-        out=_quantized(weights, f"{attention}output.dense"),
-        norm1=_norm(weights, f"{attention}output.LayerNorm"),
-        up=_quantized(weights, f"{prefix}intermediate.dense"),
-        down=_quantized(weights, f"{prefix}output.dense"),
-        norm2=_norm(weights, f"{prefix}output.LayerNorm"),
-    )
+def _bert_model(weights: dict[str, Any], config: dict[str, Any]) -> tuple[list[Any], BertModel]:
+    """bert.c's view of the weights, and the arrays it points into."""
+    arrays: list[Any] = []
+
+    def kept(array: Any) -> Any:
+        arrays.append(array)
+        return array
+
+    def floats(name: str) -> int | None:
+        return pointer(kept(_float(weights, name)))
+
+    layers = (BertLayer * int(config["num_hidden_layers"]))()
+    for index, layer in enumerate(layers):
+        prefix = f"encoder.layer.{index}."
+        attention = prefix + "attention."
+        parts = (f"{attention}self.{part}" for part in ("query", "key", "value"))
+        layer.qkv = kept(_quantized(weights, *parts)).view()
+        layer.out = kept(_quantized(weights, f"{attention}output.dense")).view()
+        layer.norm1_weight = floats(f"{attention}output.LayerNorm.weight")
+        layer.norm1_bias = floats(f"{attention}output.LayerNorm.bias")
+        layer.up = kept(_quantized(weights, f"{prefix}intermediate.dense")).view()
+        layer.down = kept(_quantized(weights, f"{prefix}output.dense")).view()
+        layer.norm2_weight = floats(f"{prefix}output.LayerNorm.weight")
+        layer.norm2_bias = floats(f"{prefix}output.LayerNorm.bias")
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    if (
+        hidden % heads
+        or (hidden // heads) % 8
+        or hidden % 32
+        or int(config["intermediate_size"]) % 32
+    ):
+        raise ValueError(f"hidden {hidden} / {heads} heads: beyond the BERT kernel")
+    model = BertModel(
+        hidden, int(config["intermediate_size"]), len(layers), heads,
+        int(config["max_position_embeddings"]), float(config["layer_norm_eps"]),
+        floats("embeddings.word_embeddings.weight"),
+        floats("embeddings.position_embeddings.weight"),
+        floats("embeddings.token_type_embeddings.weight"),
+        floats("embeddings.LayerNorm.weight"), floats("embeddings.LayerNorm.bias"),
+        ctypes.cast(kept(layers), ctypes.c_void_p),
+    )  # fmt: skip
+    return arrays, model

@@ -48,10 +48,8 @@ class PairVerifier:
         return cls(model, weights[f"{HEAD}.weight"], float(weights[f"{HEAD}.bias"][0]))
 
     def probabilities(self, pairs: list[tuple[str, str]]) -> list[float]:
-        states = self._model.pair_states(pairs)
-        return [
-            _sigmoid(float(np.dot(state.numpy(), self._weight)) + self._bias) for state in states
-        ]
+        logits = self._model.pair_states(pairs) @ self._weight + self._bias
+        return [_sigmoid(float(logit)) for logit in logits]
 
 
 def _sigmoid(x: float) -> float:

@@ -28,6 +28,7 @@ SOURCES = (
     "attention_avx2.c",
     "kv_move.c",
     "forward.c",
+    "bert.c",
 )
 HEADERS = ("cpu.h", "vec.h", "vec_keys.h", "attention.h", "kv_codes.h")
 # No fast-math: the kernels' summation orders must be the ones the code spells out. FMA

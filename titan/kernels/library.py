@@ -1,5 +1,6 @@
 """The compiled CPU kernels seen from Python (ctypes, which releases the GIL for each call): the
-thread pool, quantized GEMMs, paged attention and the quantized model's forward step.
+thread pool, quantized GEMMs, paged attention, the quantized model's forward step and a BERT
+encoder's forward (the semantic cache's MiniLM).
 
 The ctypes structures mirror cpu.h and forward.c field for field.
 """
@@ -53,6 +54,26 @@ class Model(ctypes.Structure):
         ("embedding", QWeight), ("rope_cos", _P), ("rope_sin", _P),
         ("attention_dtype", ctypes.c_int32),
     ]  # fmt: skip
+
+
+class BertLayer(ctypes.Structure):
+    _fields_ = [
+        ("qkv", QWeight), ("out", QWeight), ("norm1_weight", _P), ("norm1_bias", _P),
+        ("up", QWeight), ("down", QWeight), ("norm2_weight", _P), ("norm2_bias", _P),
+    ]  # fmt: skip
+
+
+class BertModel(ctypes.Structure):
+    _fields_ = [
+        ("hidden", _I64), ("intermediate", _I64), ("num_layers", _I64), ("num_heads", _I64),
+        ("max_positions", _I64), ("eps", ctypes.c_float), ("word", _P), ("position", _P),
+        ("type", _P), ("norm_weight", _P), ("norm_bias", _P), ("layers", _P),
+    ]  # fmt: skip
+
+
+class BertBatch(ctypes.Structure):
+    _fields_ = [("num_texts", _I64), ("starts", _P), ("token_ids", _P), ("type_ids", _P),
+                ("output", ctypes.c_int32), ("out", _P)]  # fmt: skip
 
 
 class KVMoveArgs(ctypes.Structure):
@@ -126,6 +147,8 @@ class CpuKernels:
         lib.kv_codes.restype = ctypes.c_int
         lib.titan_forward.argtypes = [_P, ctypes.POINTER(Model), ctypes.POINTER(Step)]
         lib.titan_forward.restype = ctypes.c_int
+        lib.bert_forward.argtypes = [_P, ctypes.POINTER(BertModel), ctypes.POINTER(BertBatch)]
+        lib.bert_forward.restype = ctypes.c_int
         self.num_threads = num_threads
         self._pool = lib.pool_create(num_threads)
         if not self._pool:
@@ -213,6 +236,11 @@ class CpuKernels:
         status = self._lib.titan_forward(self._pool, ctypes.byref(model), ctypes.byref(step))
         if status != 0:
             raise RuntimeError(f"the quantized forward step failed ({status})")
+
+    def bert_forward(self, model: BertModel, batch: BertBatch) -> None:
+        status = self._lib.bert_forward(self._pool, ctypes.byref(model), ctypes.byref(batch))
+        if status != 0:
+            raise RuntimeError(f"the BERT forward failed ({status})")
 
     def close(self) -> None:
         if self._pool:
