@@ -222,9 +222,10 @@ int bert_forward(pool *p, const bert_model *m, const bert_batch *b) {
     int64_t T = b->starts[S];
     if (H % QK || I % QK || H % m->num_heads || (H / m->num_heads) % L8 || S < 1 || T < S)
         return -1;
-    for (int64_t s = 0; s < S; s++)
-        if (b->starts[s + 1] - b->starts[s] < 1 || b->starts[s + 1] - b->starts[s] > m->max_positions)
-            return -1;
+    for (int64_t s = 0; s < S; s++) {
+        const int64_t length = b->starts[s + 1] - b->starts[s];
+        if (length < 1 || length > m->max_positions) return -1;
+    }
     float *hidden = malloc(sizeof(float) * (size_t)(T * H));
     float *qkv = malloc(sizeof(float) * (size_t)(T * 3 * H));
     float *attn = malloc(sizeof(float) * (size_t)(T * H));
@@ -246,7 +247,7 @@ int bert_forward(pool *p, const bert_model *m, const bert_batch *b) {
         const bert_layer *layer = &m->layers[l];
         const int last = l == m->num_layers - 1;
         j.layer = layer;
-        /* x (hidden's int8 rows, from the embeddings or the previous layer's norm) */
+        /* j.x holds hidden's int8 rows: quantized by the embeddings' or the last norm's items */
         qgemm(p, &j.x, T, &layer->qkv, qkv, 3 * H, 0);
         /* A cross-encoder reads [CLS] alone: the last layer's keys and values come from every
          * token, its queries and everything after attention from the first row of each text. */

@@ -72,19 +72,23 @@ void quantize_row(const float *x, int64_t cols, int8_t *qs, float *d, float *s) 
         /* the scalar loop's operations, eight lanes at a time: the same product, rounded half
          * to even, and an exact integer sum */
         const __m256 by = _mm256_set1_ps(inverse);
+        const int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         __m256i q[4];
-        for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), by),
-                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        const __m256i all = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        const __m128i half = _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
-        const __m128i pair = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
-        const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(pair, _mm_shuffle_epi32(pair, 0xB1)));
+        for (int k = 0; k < 4; k++) {
+            const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * k), by);
+            q[k] = _mm256_cvtps_epi32(_mm256_round_ps(scaled, nearest));
+        }
+        const __m256i all =
+            _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i part =
+            _mm_add_epi32(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
+        part = _mm_add_epi32(part, _mm_shuffle_epi32(part, 0x4E));
+        const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi32(part, _mm_shuffle_epi32(part, 0xB1)));
         /* packs interleave 128-bit lanes: the permutation puts the 32 bytes back in order */
         const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
                                                  _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)(qs + b * QK),
-                            _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_storeu_si256((__m256i *)(qs + b * QK), _mm256_permutevar8x32_epi32(bytes, order));
 #else
         int32_t sum = 0;
         for (int j = 0; j < QK; j++) {
