@@ -181,7 +181,7 @@ def _bert_model(weights: dict[str, Any], config: dict[str, Any]) -> tuple[list[A
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     if (
         hidden % heads
-        or (hidden // heads) % 8
+        or (hidden // heads) % 16
         or hidden % 32
         or int(config["intermediate_size"]) % 32
     ):

@@ -16,25 +16,10 @@
 
 #include "cpu.h"
 #include "vec.h"
-
-/* Eight lanes here, not vec.h's sixteen: GCC keeps 16-lane values on the stack between
- * iterations of these short loops on AVX2 (attention took 3x longer). */
-#define L8 8
-typedef float v8 __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-
-static inline v8 load8(const float *p) { return *(const v8u *)p; }
-static inline void store8(float *p, v8 v) { *(v8u *)p = v; }
-static inline v8 splat8(float value) {
-    v8 v = {0};
-    return v + value;
-}
-static inline v8 vmax8(v8 a, v8 b) {
-    const vi8 take_a = a > b;
-    return (v8)(((vi8)a & take_a) | ((vi8)b & ~take_a));
-}
-DEFINE_EXP_NONPOSITIVE(exp8_nonpositive, v8, vi8, vmax8, splat8)
+/* Attention and GELU in vectors of the target's width (vec_keys.h): with vec.h's 16 lanes on
+ * AVX2, GCC kept the values on the stack between iterations and attention took ~16% of a
+ * forward instead of ~3%. */
+#include "vec_keys.h"
 
 typedef struct {
     qweight qkv;  /* [3 H, H]: query rows, key rows, value rows; with bias */
@@ -116,14 +101,14 @@ static void embed_item(void *ctx, int64_t t, int thread) {
 }
 
 /* One head of one text: softmax(q k^T * scale) v for its query rows (all, or the first). The
- * keys are transposed first, so that the scores of eight keys are one vector's lanes. */
+ * keys are transposed first, so that the scores of KEYS keys are one vector's lanes. */
 static void attention_item(void *ctx, int64_t item, int thread) {
     (void)thread;
     const bert_job *j = ctx;
     const int64_t heads = j->m->num_heads, h = j->m->hidden, d = h / heads;
     const int64_t text = item / heads, head = item % heads;
     const int64_t start = j->starts[text], n = j->starts[text + 1] - start;
-    const int64_t padded = (n + L8 - 1) / L8 * L8; /* n <= max_positions (512) */
+    const int64_t padded = (n + KEYS - 1) / KEYS * KEYS; /* n <= max_positions (512) */
     const int64_t queries = j->query_rows > 0 ? j->query_rows : n;
     const float scale = 1.f / sqrtf((float)d);
     float keys[d * padded], scores[padded];
@@ -133,23 +118,23 @@ static void attention_item(void *ctx, int64_t item, int thread) {
     }
     for (int64_t i = 0; i < queries; i++) {
         const float *q = j->qkv + (start + i) * 3 * h + head * d;
-        for (int64_t k = 0; k < padded; k += L8) {
-            v8 dot = splat8(0.f);
-            for (int64_t e = 0; e < d; e++) dot += q[e] * load8(keys + e * padded + k);
-            store8(scores + k, dot * scale);
+        for (int64_t k = 0; k < padded; k += KEYS) {
+            vk dot = splat_k(0.f);
+            for (int64_t e = 0; e < d; e++) dot += q[e] * load_k(keys + e * padded + k);
+            store_k(scores + k, dot * scale);
         }
         float best = scores[0], total = 0.f;
         for (int64_t k = 1; k < n; k++) best = scores[k] > best ? scores[k] : best;
-        for (int64_t k = 0; k < padded; k += L8)
-            store8(scores + k, exp8_nonpositive(load8(scores + k) - best));
+        for (int64_t k = 0; k < padded; k += KEYS)
+            store_k(scores + k, exp_k(load_k(scores + k) - best));
         for (int64_t k = 0; k < n; k++) total += scores[k];
         for (int64_t k = 0; k < n; k++) scores[k] /= total;
         float *out = j->attn + (start + i) * h + head * d;
-        for (int64_t e = 0; e < d; e += L8) {
-            v8 sum = splat8(0.f);
+        for (int64_t e = 0; e < d; e += KEYS) {
+            vk sum = splat_k(0.f);
             for (int64_t k = 0; k < n; k++)
-                sum += scores[k] * load8(j->qkv + (start + k) * 3 * h + 2 * h + head * d + e);
-            store8(out + e, sum);
+                sum += scores[k] * load_k(j->qkv + (start + k) * 3 * h + 2 * h + head * d + e);
+            store_k(out + e, sum);
         }
     }
 }
@@ -171,17 +156,17 @@ static void norm_item(void *ctx, int64_t t, int thread) {
 }
 
 /* erf by Abramowitz and Stegun 7.1.26 (absolute error under 1.5e-7), on whole vectors. */
-static v8 erf8(v8 x) {
-    const vi8 none = {0};
-    const vi8 sign = (vi8)x & (none + INT32_MIN);
-    const v8 a = (v8)((vi8)x & (none + INT32_MAX));
-    const v8 t = splat8(1.f) / (splat8(1.f) + a * 0.3275911f);
-    v8 p = t * 1.061405429f - 1.453152027f;
+static vk erf_k(vk x) {
+    const vki none = {0};
+    const vki sign = (vki)x & (none + INT32_MIN);
+    const vk a = (vk)((vki)x & (none + INT32_MAX));
+    const vk t = splat_k(1.f) / (splat_k(1.f) + a * 0.3275911f);
+    vk p = t * 1.061405429f - 1.453152027f;
     p = p * t + 1.421413741f;
     p = p * t - 0.284496736f;
     p = p * t + 0.254829592f;
-    const v8 y = splat8(1.f) - p * t * exp8_nonpositive(-(a * a));
-    return (v8)((vi8)y | sign);
+    const vk y = splat_k(1.f) - p * t * exp_k(-(a * a));
+    return (vk)((vki)y | sign);
 }
 
 /* GELU (BERT's exact form, 0.5 x (1 + erf(x / sqrt 2))), then the row's int8 blocks. */
@@ -190,9 +175,9 @@ static void gelu_item(void *ctx, int64_t t, int thread) {
     const bert_job *j = ctx;
     const int64_t inter = j->m->intermediate;
     float *row = j->inner + t * inter;
-    for (int64_t i = 0; i < inter; i += L8) {
-        const v8 x = load8(row + i);
-        store8(row + i, x * 0.5f * (splat8(1.f) + erf8(x * 0.70710678118654752f)));
+    for (int64_t i = 0; i < inter; i += KEYS) {
+        const vk x = load_k(row + i);
+        store_k(row + i, x * 0.5f * (splat_k(1.f) + erf_k(x * 0.70710678118654752f)));
     }
     const qacts q = acts_row(&j->x, t);
     quantize_row(row, inter, q.qs, q.d, q.s);
@@ -220,7 +205,7 @@ static void mean_unit_item(void *ctx, int64_t text, int thread) {
 int bert_forward(pool *p, const bert_model *m, const bert_batch *b) {
     const int64_t H = m->hidden, I = m->intermediate, S = b->num_texts;
     int64_t T = b->starts[S];
-    if (H % QK || I % QK || H % m->num_heads || (H / m->num_heads) % L8 || S < 1 || T < S)
+    if (H % QK || I % QK || H % m->num_heads || (H / m->num_heads) % KEYS || S < 1 || T < S)
         return -1;
     for (int64_t s = 0; s < S; s++) {
         const int64_t length = b->starts[s + 1] - b->starts[s];
