@@ -92,14 +92,15 @@ def test_another_pipeline_is_refused(tmp_path, models):
         QuantizedMiniLM.load(copy, models[0]._model._kernels)
 
 
-def test_the_portable_build_computes_the_same_vectors(tmp_path, models):
+def test_the_portable_build_computes_the_same_vectors(models):
     """bert.c on a CPU without AVX2 (the x86-64 baseline build: scalar quantizing, no FMA)
     against this machine's build: the same model within float rounding (which moves an int8
     activation's rounding now and then: the vectors differ by more than float32's epsilon)."""
-    from titan.kernels.build import build_library
+    from titan.kernels.build import build_library, default_cache_dir
     from titan.kernels.library import CpuKernels
 
-    library = build_library(tmp_path, march="x86-64")
+    # cached where the engine's kernel tests build their x86-64 target too: compiled once
+    library = build_library(default_cache_dir(), march="x86-64")
     assert library is not None
     portable = QuantizedMiniLM.load(model_dir(), CpuKernels(library, 2))
     texts = SENTENCES + labeled_questions(20)
