@@ -205,9 +205,9 @@ def _quantized_model() -> QuantizedMiniLM | None:
     try:
         # Every core, as the engine's kernels: their pool hands work out item by item, so a
         # core busy elsewhere (the engine, the HTTP loop) delays one item, not the forward. A
-        # lookup's embedding and pair verification took 1.6x less time on two threads than on
-        # one (2-core EPYC, docs/caching.md); past a few threads a question's ~25 rows leave
-        # each thread too little work.
+        # forward took ~2.6 ms on two threads against ~4.2 on one (2-core EPYC,
+        # docs/ARCHITECTURE.md); past a few threads a question's ~25 rows leave each thread
+        # too little work.
         threads = min(os.cpu_count() or 1, MAX_THREADS)
         return QuantizedMiniLM.load(model_dir(), CpuKernels(library, threads))
     except (ValueError, KeyError, OSError) as exc:

@@ -2,7 +2,7 @@
 thread pool, quantized GEMMs, paged attention, the quantized model's forward step and a BERT
 encoder's forward (the semantic cache's MiniLM).
 
-The ctypes structures mirror cpu.h and forward.c field for field.
+The ctypes structures mirror cpu.h, forward.c and bert.c field for field.
 """
 
 from __future__ import annotations
