@@ -98,9 +98,9 @@ def report_tables(results: dict[str, Any]) -> dict[str, tuple[list[str], list[li
         lat, over = size["latency"], size["overheads"]
         entries = f"{size['indexed_entries']:,}"
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(lat["outcomes"].items()))
-        verified = ", ".join(f"{k}: {v}" for k, v in lat.get("pairs_verified", {}).items())
+        verified = ", ".join(f"{k}: {v}" for k, v in lat["pairs_verified"].items())
         latency_rows.append([
-            entries, size["index"], str(lat["lookup"]["n"]), outcomes, verified or "–",
+            entries, size["index"], str(lat["lookup"]["n"]), outcomes, verified,
             _num(lat["lookup"]["p50_ms"]), f"**{_num(lat['lookup']['p99_ms'])}**",
             _num(lat["embed"]["p50_ms"]), _num(lat["embed"]["p99_ms"]),
             _num(lat["beyond_embed"]["p50_ms"]), _num(lat["beyond_embed"]["p99_ms"]),

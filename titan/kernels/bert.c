@@ -59,11 +59,6 @@ typedef struct {
     const float *norm_weight, *norm_bias;
 } bert_job;
 
-static qacts acts_row(const qacts *x, int64_t row) {
-    const int64_t nb = x->cols / QK;
-    return (qacts){x->qs + row * x->cols, x->d + row * nb, x->s + row * nb, x->cols};
-}
-
 /* row = (row - mean) / sqrt(var + eps) * weight + bias, sums in a fixed order. */
 static void layer_norm(float *row, int64_t h, float eps, const float *weight, const float *bias) {
     vf partial = splat(0.f);

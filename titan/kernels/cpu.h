@@ -47,6 +47,12 @@ typedef struct {
     int64_t cols;
 } qacts;
 
+/* Row `row` of x as activations of its own (the same cols: rows are cols values apart). */
+static inline qacts acts_row(const qacts *x, int64_t row) {
+    const int64_t nb = x->cols / QK;
+    return (qacts){x->qs + row * x->cols, x->d + row * nb, x->s + row * nb, x->cols};
+}
+
 int64_t panel_block_bytes(int32_t format);
 void quantize_row(const float *x, int64_t cols, int8_t *qs, float *d, float *s);
 void quantize_rows(const float *x, int64_t rows, int64_t cols, int8_t *qs, float *d, float *s);

@@ -72,10 +72,6 @@ typedef struct {
  * (the torch path's bfloat16 refinement, for the same reason). */
 #define REFINED_LOGITS 32
 
-static qacts acts_at(const qacts *x, int64_t row, int64_t nb) {
-    return (qacts){x->qs + row * x->cols, x->d + row * nb, x->s + row * nb, x->cols};
-}
-
 /* x[t] = quantize(rmsnorm(hidden[row]) * norm): float32 sums in a fixed order. */
 static void norm_item(void *ctx, int64_t t, int thread) {
     (void)thread;
@@ -88,7 +84,7 @@ static void norm_item(void *ctx, int64_t t, int thread) {
     const float inverse = 1.f / sqrtf(hsum(partial) / (float)h + j->m->eps);
     float normed[h];
     for (int64_t i = 0; i < h; i++) normed[i] = j->norm[i] * (in[i] * inverse);
-    const qacts row_x = acts_at(&j->x, t, h / QK);
+    const qacts row_x = acts_row(&j->x, t);
     quantize_row(normed, h, row_x.qs, row_x.d, row_x.s);
     if (j->normed != NULL) memcpy(j->normed + t * h, normed, sizeof(float) * (size_t)h);
 }
@@ -163,7 +159,7 @@ static void quantize_item(void *ctx, int64_t t, int thread) {
     (void)thread;
     const layer_job *j = ctx;
     const int64_t width = j->m->num_heads * j->m->head_dim;
-    const qacts row_x = acts_at(&j->x, t, width / QK);
+    const qacts row_x = acts_row(&j->x, t);
     quantize_row(j->attn + t * width, width, row_x.qs, row_x.d, row_x.s);
 }
 
@@ -176,7 +172,7 @@ static void swiglu_item(void *ctx, int64_t t, int thread) {
     const float *up = gate + inter;
     for (int64_t i = 0; i < inter; i += LANES)
         *(vfu *)(gate + i) = silu(load_f32(gate + i)) * load_f32(up + i);
-    const qacts row_x = acts_at(&j->x, t, inter / QK);
+    const qacts row_x = acts_row(&j->x, t);
     quantize_row(gate, inter, row_x.qs, row_x.d, row_x.s);
 }
 
