@@ -5,9 +5,10 @@ Sets: the *training* sets (titan/cache/training: the project's own pairs, the ca
 and the pairs written for training) are what the guards, the default threshold and the pair
 verifier were fit on; the *held-out* sets (tests/data) were written by helpers that never read
 ``titan/cache``, and nothing is tuned on them (tests/data/semantic_cache_heldout*.md): A, then
-B, C, D and E, each added later, none of them seen by any guard or model before it was measured
-(C's and D's remaining false-hit kinds were named in the brief of E and of the training pairs
-written with it: see tests/data/semantic_cache_heldout_e.md).
+B, C, D, E, F and G, each added later, none of them seen by any guard or model before it was
+measured (C's and D's remaining false-hit kinds were named in the brief of E and of the training
+pairs written with it: see tests/data/semantic_cache_heldout_e.md; F and G were written from
+the brief of the last training pairs, tests/data/semantic_cache_writers_brief.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ HELDOUT_SETS = {
     "heldout_c": "semantic_cache_heldout_c.jsonl",
     "heldout_d": "semantic_cache_heldout_d.jsonl",
     "heldout_e": "semantic_cache_heldout_e.jsonl",
+    "heldout_f": "semantic_cache_heldout_f.jsonl",
+    "heldout_g": "semantic_cache_heldout_g.jsonl",
 }
 TRAINING = tuple(TRAINING_SETS)
 
@@ -60,16 +63,16 @@ class ServedVerdict:
     def __call__(self, query: str, cached: str) -> str | None:
         from titan.cache import guards, pair_verifier
 
-        reason = guards.refusal(guards.analyze(query), guards.analyze(cached))
+        reason = guards.refusal(query, cached, skip=pair_verifier.JUDGED_BY_VERIFIER)
         if reason is not None:
             return reason
         return None if self._score(query, cached) >= pair_verifier.THRESHOLD else "verifier"
 
     def probability(self, query: str, cached: str) -> float | None:
         """The verifier's probability for a pair the guards let through (None: they refuse)."""
-        from titan.cache import guards
+        from titan.cache import guards, pair_verifier
 
-        if guards.refusal(guards.analyze(query), guards.analyze(cached)) is not None:
+        if guards.refusal(query, cached, skip=pair_verifier.JUDGED_BY_VERIFIER) is not None:
             return None
         return self._score(query, cached)
 

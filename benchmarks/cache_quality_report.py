@@ -14,6 +14,8 @@ SET_NAMES = {
     "heldout_c": "**held-out pairs C**",
     "heldout_d": "**held-out pairs D**",
     "heldout_e": "**held-out pairs E**",
+    "heldout_f": "**held-out pairs F**",
+    "heldout_g": "**held-out pairs G**",
 }
 
 

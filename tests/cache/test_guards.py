@@ -255,3 +255,13 @@ def test_odd_inputs_do_not_fail():
     for text in ["", "   ", "???", "🙂 🙂 🙂", "'''", '"a" "b" "c"', "-", "1.2.3.4", "a" * 5000]:
         refusal(text, "How do I reset my password?")
         refusal("How do I reset my password?", text)
+
+
+def test_skipped_reasons_are_not_checked_but_the_later_ones_are():
+    query, cached = "How do I not uninstall numpy on Windows?", "How do I install numpy on Linux?"
+    assert refusal(query, cached) == "negation"
+    assert refusal(query, cached, skip=frozenset({"negation"})) == "entities"
+    assert refusal(query, cached, skip=frozenset({"negation", "entities"})) == "antonym"
+    paraphrase = ("How much Tylenol can I take in a day?", "How much acetaminophen can I take daily?")
+    assert refusal(*paraphrase) == "entities"
+    assert refusal(*paraphrase, skip=frozenset({"entities"})) is None

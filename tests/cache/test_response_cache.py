@@ -9,7 +9,7 @@ import pytest
 
 from tests.clock import ManualClock
 from titan.cache.keys import request_keys
-from titan.cache.response_cache import ResponseCache
+from titan.cache.response_cache import MAX_VERIFIED, ResponseCache
 from titan.config.cache import CacheConfig
 from titan.storage.memory_cache import MemoryCache
 
@@ -73,11 +73,11 @@ async def remember(cache: ResponseCache, question: str, answer: bytes, **key_arg
 
 PARIS = "What is the capital city of France?"
 PARIS_AGAIN = "Which city is the capital of France?"
-NOT_PARIS = "What is not the capital city of France?"
+PARIS_1800 = "What was the capital city of France in 1800?"
 
 
 async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: ManualClock):
-    embedder = FakeEmbedder((PARIS, PARIS_AGAIN, NOT_PARIS))
+    embedder = FakeEmbedder((PARIS, PARIS_AGAIN, PARIS_1800))
     cache = cache_with(embedder, clock)
     await remember(cache, PARIS, b'{"answer": "Paris"}')
 
@@ -90,9 +90,9 @@ async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: ManualClo
     assert 0.9 <= semantic.hit.similarity <= 1.0  # type: ignore[operator]
     assert embedder.num_calls == calls + 1
 
-    negated = await cache.lookup(keys(NOT_PARIS), SEMANTIC)
-    assert negated.hit is None
-    assert cache.counters.guard_refusals["negation"] == 1
+    dated = await cache.lookup(keys(PARIS_1800), SEMANTIC)  # the verifier would serve it
+    assert dated.hit is None
+    assert cache.counters.guard_refusals == {"numbers": 1}
 
     unrelated = await cache.lookup(keys("How do volcanoes form under the sea?"), SEMANTIC)
     assert unrelated.hit is None
@@ -151,7 +151,8 @@ async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: Manu
         "What is the capital city of Germany?",
         "Which city is Germany's capital?",
     )
-    embedder.vectors.update(FakeEmbedder((berlin, berlin_again)).vectors)
+    apart = FakeEmbedder((PARIS,), (berlin, berlin_again)).vectors  # another base than Paris's
+    embedder.vectors.update({berlin: apart[berlin], berlin_again: apart[berlin_again]})
     clock.now += 1
     await remember(first, berlin, b'{"answer": "Berlin"}')
     assert (await second.lookup(keys(berlin_again), SEMANTIC)).hit is None  # not followed yet
@@ -165,7 +166,7 @@ async def test_another_replica_rebuilds_and_follows_the_shared_store(clock: Manu
 
 @pytest.mark.parametrize(
     ("verdict", "outcome", "refusal"),
-    [(None, None, "verifier_not_ready"), (0.5, None, "verifier"), (0.999, "semantic", None)],
+    [(None, None, "verifier_not_ready"), (0.5, None, "verifier"), (0.99999, "semantic", None)],
 )
 async def test_the_pair_verifier_decides_a_candidate_the_guards_let_through(
     clock, verdict, outcome, refusal
@@ -181,3 +182,41 @@ async def test_the_pair_verifier_decides_a_candidate_the_guards_let_through(
     stats = await cache.stats()
     assert stats["guard_refusals"] == ({refusal: 1} if refusal else {})
     assert stats["pair_verifier"] == "ready"
+
+
+@pytest.mark.parametrize("verifier", [True, False])
+async def test_negations_and_entities_are_the_verifiers_to_judge_when_it_runs(clock, verifier):
+    """The guards refuse them outright only without the verifier: with it, a brand for the
+    generic name or "keep quiet" for "stop barking" is a paraphrase the rules turn away."""
+    pairs = [
+        ("How do I stop my dog from barking at night?", "How do I keep my dog quiet at night?"),
+        ("How much acetaminophen can I take in a day?", "How much Tylenol can I take in a day?"),
+    ]
+    embedder = FakeEmbedder(*pairs)
+    config = SEMANTIC.model_copy(
+        update={"semantic": SEMANTIC.semantic.model_copy(update={"pair_verifier": verifier})}
+    )
+    cache = cache_with(embedder, clock)
+    for cached, _ in pairs:
+        lookup = await cache.lookup(keys(cached), config)
+        await cache.store_answer(lookup, config, tenant="acme", model="m", value=b"answer")
+    embedder.verdict = 0.99999
+    found = [await cache.lookup(keys(asked), config) for _, asked in pairs]
+    kinds = [lookup.hit.kind if lookup.hit else None for lookup in found]
+    assert kinds == (["semantic", "semantic"] if verifier else [None, None])
+    expected = {} if verifier else {"negation": 1, "entities": 1}
+    assert cache.counters.guard_refusals == expected
+
+
+async def test_at_most_two_candidates_go_to_the_verifier_per_lookup(clock):
+    near = tuple(f"How should a beginner learn to play the {thing}?" for thing in
+                 ("guitar well", "guitar fast", "guitar alone", "guitar"))  # fmt: skip
+    embedder = FakeEmbedder(near)
+    cache = cache_with(embedder, clock, MemoryCache(clock))
+    config = SEMANTIC.model_copy(update={"max_entries": 10})
+    for question in near[:3]:
+        lookup = await cache.lookup(keys(question), config)
+        await cache.store_answer(lookup, config, tenant="acme", model="m", value=b"answer")
+    embedder.verdict = 0.5  # each candidate refused
+    assert (await cache.lookup(keys(near[3]), config)).hit is None
+    assert cache.counters.guard_refusals == {"verifier": MAX_VERIFIED}

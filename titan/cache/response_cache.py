@@ -44,6 +44,9 @@ INDEX_PRECISION = 0.025
 CLOCK_SKEW_S = 5.0
 # Semantic candidates checked per lookup: the nearest may fail a guard while the next passes.
 NUM_CANDIDATES = 4
+# Of those, at most this many go to the pair verifier (~4 ms each on two cores): the lookup's
+# time stays bounded however many neighbours pass the floor and the guards.
+MAX_VERIFIED = 2
 EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
 
 
@@ -206,6 +209,7 @@ class ResponseCache:
         semantic = config.semantic
         floor = config.threshold if semantic.max_error_rate is None else semantic.min_similarity
         asked: Analysis | None = None
+        verified = 0
         for key, approximate in self.index.search(scope, query, NUM_CANDIDATES):  # type: ignore[arg-type]
             if approximate < floor - INDEX_PRECISION:
                 break  # best first: the rest are further
@@ -220,8 +224,12 @@ class ResponseCache:
             asked = asked or analyze(keys.question)  # type: ignore[arg-type]
             cached_question = entry.tags.get("question", "")
             stored = analyze(cached_question)
-            reason = refusal(asked, stored, min_words=config.min_query_words)
+            skip = pair_verifier.JUDGED_BY_VERIFIER if semantic.pair_verifier else frozenset()
+            reason = refusal(asked, stored, min_words=config.min_query_words, skip=skip)
             if reason is None and semantic.pair_verifier:
+                if verified == MAX_VERIFIED:
+                    break
+                verified += 1
                 reason = await self._pair_verdict(cached_question, keys.question)  # type: ignore[arg-type]
             if reason is not None:
                 self.counters.guard_refusals[reason] += 1
