@@ -262,6 +262,9 @@ def test_skipped_reasons_are_not_checked_but_the_later_ones_are():
     assert refusal(query, cached) == "negation"
     assert refusal(query, cached, skip=frozenset({"negation"})) == "entities"
     assert refusal(query, cached, skip=frozenset({"negation", "entities"})) == "antonym"
-    paraphrase = ("How much Tylenol can I take in a day?", "How much acetaminophen can I take daily?")
+    paraphrase = (
+        "How much Tylenol can I take in a day?",
+        "How much acetaminophen can I take daily?",
+    )
     assert refusal(*paraphrase) == "entities"
     assert refusal(*paraphrase, skip=frozenset({"entities"})) is None
