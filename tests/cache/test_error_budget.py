@@ -121,7 +121,7 @@ async def test_the_cache_verifies_near_hits_and_serves_once_they_agree():
         near, config, tenant="acme", model="m", value=chat("Paris."), is_storable=False
     )
     assert cache.counters.verified["agreed"] == 1
-    model = cache.budget.model("m", floor=0.8, max_error_rate=0.05)
+    model = cache.budget.model("m", floor=config.semantic.min_similarity, max_error_rate=0.05)
     for _ in range(100):  # as if many near questions had been verified
         cache.budget.record(
             model, "other", near.verification.similarity, is_right=True, is_eligible=True

@@ -209,6 +209,8 @@ class ResponseCache:
         semantic = config.semantic
         floor = config.threshold if semantic.max_error_rate is None else semantic.min_similarity
         asked: Analysis | None = None
+        # With the verifier on, the guards it judges better are its own (pair_verifier.py).
+        skip = pair_verifier.JUDGED_BY_VERIFIER if semantic.pair_verifier else frozenset()
         verified = 0
         for key, approximate in self.index.search(scope, query, NUM_CANDIDATES):  # type: ignore[arg-type]
             if approximate < floor - INDEX_PRECISION:
@@ -224,7 +226,6 @@ class ResponseCache:
             asked = asked or analyze(keys.question)  # type: ignore[arg-type]
             cached_question = entry.tags.get("question", "")
             stored = analyze(cached_question)
-            skip = pair_verifier.JUDGED_BY_VERIFIER if semantic.pair_verifier else frozenset()
             reason = refusal(asked, stored, min_words=config.min_query_words, skip=skip)
             if reason is None and semantic.pair_verifier:
                 if verified == MAX_VERIFIED:
