@@ -16,6 +16,7 @@ SET_NAMES = {
     "heldout_e": "**held-out pairs E**",
     "heldout_f": "**held-out pairs F**",
     "heldout_g": "**held-out pairs G**",
+    "heldout_h": "**held-out pairs H**",
 }
 
 
