@@ -212,7 +212,7 @@ async def test_at_most_two_candidates_go_to_the_verifier_per_lookup(clock):
     near = tuple(f"How should a beginner learn to play the {thing}?" for thing in
                  ("guitar well", "guitar fast", "guitar alone", "guitar"))  # fmt: skip
     embedder = FakeEmbedder(near)
-    cache = cache_with(embedder, clock, MemoryCache(clock))
+    cache = cache_with(embedder, clock)
     config = SEMANTIC.model_copy(update={"max_entries": 10})
     for question in near[:3]:
         lookup = await cache.lookup(keys(question), config)
