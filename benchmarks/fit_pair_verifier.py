@@ -39,7 +39,7 @@ from titan.cache.pair_verifier import PairVerifier
 
 FALSE_SHARE = 0.005
 FOLDS = 3  # groups of sources, each left out once (a training run each: ~14 min on 2 cores)
-FLOORS = (0.6, 0.65, 0.7, 0.75, 0.8)
+FLOORS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 
 
 def fold_weights_dir() -> Path:
