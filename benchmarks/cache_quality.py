@@ -5,10 +5,10 @@ Sets: the *training* sets (titan/cache/training: the project's own pairs, the ca
 and the pairs written for training) are what the guards, the default threshold and the pair
 verifier were fit on; the *held-out* sets (tests/data) were written by helpers that never read
 ``titan/cache``, and nothing is tuned on them (tests/data/semantic_cache_heldout*.md): A, then
-B, C, D, E, F, G and H, each added later, none of them seen by any guard or model before it was
+B to K, each added later, none of them seen by any guard or model before it was
 measured (C's and D's remaining false-hit kinds were named in the brief of E and of the training
-pairs written with it: see tests/data/semantic_cache_heldout_e.md; F, G and H were written
-from the brief of the last training pairs, tests/data/semantic_cache_writers_brief.md).
+pairs written with it: see tests/data/semantic_cache_heldout_e.md; F to K were
+written from the brief of the last training pairs, tests/data/semantic_cache_writers_brief.md).
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ HELDOUT_SETS = {
     "heldout_f": "semantic_cache_heldout_f.jsonl",
     "heldout_g": "semantic_cache_heldout_g.jsonl",
     "heldout_h": "semantic_cache_heldout_h.jsonl",
+    "heldout_i": "semantic_cache_heldout_i.jsonl",
+    "heldout_j": "semantic_cache_heldout_j.jsonl",
+    "heldout_k": "semantic_cache_heldout_k.jsonl",
 }
 TRAINING = tuple(TRAINING_SETS)
 

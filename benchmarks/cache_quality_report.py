@@ -17,6 +17,9 @@ SET_NAMES = {
     "heldout_f": "**held-out pairs F**",
     "heldout_g": "**held-out pairs G**",
     "heldout_h": "**held-out pairs H**",
+    "heldout_i": "**held-out pairs I**",
+    "heldout_j": "**held-out pairs J**",
+    "heldout_k": "**held-out pairs K**",
 }
 
 

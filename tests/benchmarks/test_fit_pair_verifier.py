@@ -44,9 +44,9 @@ def test_the_threshold_admits_at_most_the_allowed_share_of_near_misses():
 
 def test_the_floor_serves_the_most_paraphrases_within_the_same_near_miss_share():
     rng = np.random.default_rng(1)
-    # Paraphrases spread over cosines 0.6-1, the verifier sure of them; near misses under 0.7
-    # that the verifier would pass: a floor of 0.7 keeps them out and loses few paraphrases.
-    paraphrase_cosines = rng.uniform(0.6, 1.0, 400)
+    # Paraphrases spread over cosines 0.5-1, the verifier sure of them; near misses under 0.7
+    # that the verifier would pass: a floor of 0.7 keeps them out and loses fewer paraphrases.
+    paraphrase_cosines = rng.uniform(0.5, 1.0, 400)
     miss_cosines = np.concatenate([rng.uniform(0.6, 0.7, 100), rng.uniform(0.7, 1.0, 900)])
     miss_scores = np.concatenate([rng.uniform(0.97, 1.0, 100), rng.uniform(0.0, 0.9, 900)])
     cosines = np.concatenate([paraphrase_cosines, miss_cosines])

@@ -90,7 +90,11 @@ async def test_exact_then_semantic_hits_and_guarded_near_misses(clock: ManualClo
     assert 0.9 <= semantic.hit.similarity <= 1.0  # type: ignore[operator]
     assert embedder.num_calls == calls + 1
 
-    dated = await cache.lookup(keys(PARIS_1800), SEMANTIC)  # the verifier would serve it
+    # Without the pair verifier the guards judge numbers (with it, the verifier: below).
+    guards_alone = SEMANTIC.model_copy(
+        update={"semantic": SEMANTIC.semantic.model_copy(update={"pair_verifier": False})}
+    )
+    dated = await cache.lookup(keys(PARIS_1800), guards_alone)
     assert dated.hit is None
     assert cache.counters.guard_refusals == {"numbers": 1}
 
@@ -185,16 +189,22 @@ async def test_the_pair_verifier_decides_a_candidate_the_guards_let_through(
 
 
 @pytest.mark.parametrize("verifier", [True, False])
-async def test_negations_and_entities_are_the_verifiers_to_judge_when_it_runs(clock, verifier):
+async def test_negations_entities_numbers_and_scope_are_the_verifiers_to_judge(clock, verifier):
     """The guards refuse them outright only without the verifier: with it, a brand for the
-    generic name or "keep quiet" for "stop barking" is a paraphrase the rules turn away."""
+    generic name, "keep quiet" for "stop barking", "World War I" for "the First World War" or
+    "the files" for "all files" is a paraphrase the rules turn away."""
     pairs = [
         ("How do I stop my dog from barking at night?", "How do I keep my dog quiet at night?"),
         ("How much acetaminophen can I take in a day?", "How much Tylenol can I take in a day?"),
+        ("What started World War I?", "What started the First World War?"),
+        ("How do I list all files in a folder on Linux?", "linux command to list files in a dir"),
     ]
     embedder = FakeEmbedder(*pairs)
     config = SEMANTIC.model_copy(
-        update={"semantic": SEMANTIC.semantic.model_copy(update={"pair_verifier": verifier})}
+        update={
+            "semantic": SEMANTIC.semantic.model_copy(update={"pair_verifier": verifier}),
+            "max_entries": len(pairs),
+        }
     )
     cache = cache_with(embedder, clock)
     for cached, _ in pairs:
@@ -203,8 +213,8 @@ async def test_negations_and_entities_are_the_verifiers_to_judge_when_it_runs(cl
     embedder.verdict = 0.99999
     found = [await cache.lookup(keys(asked), config) for _, asked in pairs]
     kinds = [lookup.hit.kind if lookup.hit else None for lookup in found]
-    assert kinds == (["semantic", "semantic"] if verifier else [None, None])
-    expected = {} if verifier else {"negation": 1, "entities": 1}
+    assert kinds == (["semantic"] * 4 if verifier else [None] * 4)
+    expected = {} if verifier else {"negation": 1, "entities": 1, "numbers": 1, "scope": 1}
     assert cache.counters.guard_refusals == expected
 
 
