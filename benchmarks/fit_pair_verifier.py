@@ -12,8 +12,8 @@ CPU kernels). A group left out is other writers' pairs, as held-out traffic is: 
 within the same writers' pairs chose a threshold too low (it saw near misses as easy as the ones
 trained on). For each floor of ``FLOORS`` (the cache's ``min_similarity``: below it no candidate
 reaches the verifier), the threshold is the lowest at which at most ``FALSE_SHARE`` of all the
-left-out near misses would be served (half the default error budget); the floor printed
-is the one whose threshold serves the most left-out paraphrases. Then the weights of every training
+left-out near misses would be served (half the default error budget); the floor printed is the
+one whose threshold serves the most left-out paraphrases. Then the weights of every training
 pair are trained into the cache folder, as the server would at first use. Never a held-out set.
 """
 
@@ -41,7 +41,7 @@ from titan.cache.pair_verifier import PairVerifier
 # 1.8% of its near misses at half): I's confident mistakes stayed, and set J's paraphrases
 # fell to 58%: the held-out sets lost more paraphrases than near misses.
 FALSE_SHARE = 0.005
-FOLDS = 3  # groups of sources, each left out once (a training run each: ~14 min on 2 cores)
+FOLDS = 3  # groups of sources, each left out once (a training run each: 10 min on a 2-core Xeon)
 FLOORS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 
 
