@@ -218,7 +218,7 @@ async def test_negations_entities_numbers_and_scope_are_the_verifiers_to_judge(c
     assert cache.counters.guard_refusals == expected
 
 
-async def test_at_most_two_candidates_go_to_the_verifier_per_lookup(clock):
+async def test_at_most_max_verified_candidates_go_to_the_verifier_per_lookup(clock):
     near = tuple(f"How should a beginner learn to play the {thing}?" for thing in
                  ("guitar well", "guitar fast", "guitar alone", "guitar"))  # fmt: skip
     embedder = FakeEmbedder(near)
