@@ -65,25 +65,28 @@ class ServedVerdict:
         self._probabilities: dict[tuple[str, str], float] = {}  # each pair scored once
 
     def __call__(self, query: str, cached: str) -> str | None:
-        from titan.cache import guards, pair_verifier
+        from titan.cache import pair_verifier
 
-        reason = guards.refusal(query, cached, skip=pair_verifier.JUDGED_BY_VERIFIER)
+        reason = _guards_refusal(query, cached)
         if reason is not None:
             return reason
         return None if self._score(query, cached) >= pair_verifier.THRESHOLD else "verifier"
 
     def probability(self, query: str, cached: str) -> float | None:
         """The verifier's probability for a pair the guards let through (None: they refuse)."""
-        from titan.cache import guards, pair_verifier
-
-        if guards.refusal(query, cached, skip=pair_verifier.JUDGED_BY_VERIFIER) is not None:
-            return None
-        return self._score(query, cached)
+        return None if _guards_refusal(query, cached) else self._score(query, cached)
 
     def _score(self, query: str, cached: str) -> float:
         if (cached, query) not in self._probabilities:
             self._probabilities[cached, query] = self._verifier.probabilities([(cached, query)])[0]
         return self._probabilities[cached, query]
+
+
+def _guards_refusal(query: str, cached: str) -> str | None:
+    """The guards the server runs beside the pair verifier (the rest are the verifier's)."""
+    from titan.cache import guards, pair_verifier
+
+    return guards.refusal(query, cached, skip=pair_verifier.JUDGED_BY_VERIFIER)
 
 
 def _pair_text(pair: cache_eval.Pair) -> tuple[str, str]:
