@@ -5,9 +5,9 @@ Sets: the *training* sets (titan/cache/training: the project's own pairs, the ca
 and the pairs written for training) are what the guards, the default threshold and the pair
 verifier were fit on; the *held-out* sets (tests/data) were written by helpers that never read
 ``titan/cache``, and nothing is tuned on them (tests/data/semantic_cache_heldout*.md): A, then
-B to K, each added later, none of them seen by any guard or model before it was
+B to M, each added later, none of them seen by any guard or model before it was
 measured (C's and D's remaining false-hit kinds were named in the brief of E and of the training
-pairs written with it: see tests/data/semantic_cache_heldout_e.md; F to K were
+pairs written with it: see tests/data/semantic_cache_heldout_e.md; F to M were
 written from the brief of the last training pairs, tests/data/semantic_cache_writers_brief.md).
 """
 
@@ -29,18 +29,14 @@ TRAINING_SETS = {
     "calibration": ("calibration_pairs.jsonl",),
     "written": tuple(sorted(path.name for path in TRAINING_DIR.glob("written_*.jsonl"))),
 }
+# The held-out sets in the order they were written: A (no letter), then B, C, ...
+LATER_HELDOUT = "BCDEFGHIJKLM"
 HELDOUT_SETS = {
     "heldout": "semantic_cache_heldout.jsonl",
-    "heldout_b": "semantic_cache_heldout_b.jsonl",
-    "heldout_c": "semantic_cache_heldout_c.jsonl",
-    "heldout_d": "semantic_cache_heldout_d.jsonl",
-    "heldout_e": "semantic_cache_heldout_e.jsonl",
-    "heldout_f": "semantic_cache_heldout_f.jsonl",
-    "heldout_g": "semantic_cache_heldout_g.jsonl",
-    "heldout_h": "semantic_cache_heldout_h.jsonl",
-    "heldout_i": "semantic_cache_heldout_i.jsonl",
-    "heldout_j": "semantic_cache_heldout_j.jsonl",
-    "heldout_k": "semantic_cache_heldout_k.jsonl",
+    **{
+        f"heldout_{letter.lower()}": f"semantic_cache_heldout_{letter.lower()}.jsonl"
+        for letter in LATER_HELDOUT
+    },
 }
 TRAINING = tuple(TRAINING_SETS)
 

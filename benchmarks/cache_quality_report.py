@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.cache_quality import LATER_HELDOUT
+
 SET_NAMES = {
     "project": "project's pairs (training)",
     "calibration": "calibration pairs (training)",
     "written": "pairs written for training (training)",
     "heldout": "**held-out pairs**",
-    "heldout_b": "**held-out pairs B**",
-    "heldout_c": "**held-out pairs C**",
-    "heldout_d": "**held-out pairs D**",
-    "heldout_e": "**held-out pairs E**",
-    "heldout_f": "**held-out pairs F**",
-    "heldout_g": "**held-out pairs G**",
-    "heldout_h": "**held-out pairs H**",
-    "heldout_i": "**held-out pairs I**",
-    "heldout_j": "**held-out pairs J**",
-    "heldout_k": "**held-out pairs K**",
+    **{f"heldout_{letter.lower()}": f"**held-out pairs {letter}**" for letter in LATER_HELDOUT},
 }
 
 

@@ -9,6 +9,7 @@ from benchmarks import cache_bench, results_file
 from benchmarks.base import Benchmark
 from benchmarks.cache_bench import PNG_NAME, TRAFFIC_PNG_NAME
 from benchmarks.cache_eval import BASELINE_THRESHOLD
+from benchmarks.cache_quality import LATER_HELDOUT
 from benchmarks.cache_quality_report import quality_lines, quality_targets, set_rows
 from benchmarks.results_file import markdown_table, quick_note, record_lines
 
@@ -145,10 +146,11 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
         "calibration pairs and the pairs written for training are **training** sets "
         "(`titan/cache/training`: the guards were tuned and the pair verifier trained on "
         "them, its threshold chosen with groups of their writers left out); the **held-out** pairs "
-        "(`tests/data`: A, then B to K, written later) were written by helpers who "
-        "never read `titan/cache`, from a brief listing only the kinds of near miss, and "
-        "nothing is tuned or trained on them (`tests/data/semantic_cache_heldout*.md`; the "
-        "last column: the pairs that are also a training pair word for word, and the rates "
+        f"(`tests/data`: A, then B to {LATER_HELDOUT[-1]}, written later) were written by "
+        "helpers who never read `titan/cache`, from a brief listing only the kinds of near "
+        "miss, and nothing is tuned or trained on them "
+        "(`tests/data/semantic_cache_heldout*.md`; the last column: the pairs that are also a "
+        "training pair word for word, and the rates "
         "without them). A policy serves a "
         "pair when the cosine similarity of the two embeddings reaches its threshold and, for "
         f"Titan, its {rule(results)} accept it"
@@ -249,9 +251,9 @@ def _target(name: str, value: float | None, comparison: str, target: float, unit
 
 
 def _later_heldout_targets(results: dict[str, Any], threshold: float) -> list[dict[str, Any]]:
-    """The same two targets on each held-out set written after the first (B to K)."""
+    """The same two targets on each held-out set written after the first (B, C, ...)."""
     checks = []
-    later = [(f"heldout_{letter.lower()}", letter) for letter in "BCDEFGHIJK"]
+    later = [(f"heldout_{letter.lower()}", letter) for letter in LATER_HELDOUT]
     for name, label in later:
         row = results["per_set"].get(name)
         if row is None:

@@ -41,7 +41,7 @@ from titan.cache.pair_verifier import PairVerifier
 # 1.8% of its near misses at half): I's confident mistakes stayed, and set J's paraphrases
 # fell to 58%: the held-out sets lost more paraphrases than near misses.
 FALSE_SHARE = 0.005
-FOLDS = 3  # groups of sources, each left out once (a training run each: 10 min on a 2-core Xeon)
+FOLDS = 3  # groups of sources, each left out once (a training run each: ~13 min on a 2-core Xeon)
 FLOORS = (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
 
 

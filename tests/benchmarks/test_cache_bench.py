@@ -98,7 +98,7 @@ def test_every_target_has_a_verdict(quick_run):
     targets = outcome.results["targets"]
     # The held-out sets' two rates each, the realized error at each max_error_rate, held-out
     # traffic, latency.
-    assert len(targets) == 29  # two of them for each of the eleven held-out sets
+    assert len(targets) == 33  # two of them for each of the thirteen held-out sets
     assert all(isinstance(t["passed"], bool) and t["value"] is not None for t in targets)
     target_rows = output.read_text().split("### Targets")[1].split("###")[0]
     assert len(re.findall(r"\| (PASS|FAIL) \|", target_rows)) == len(targets)

@@ -88,6 +88,33 @@ def test_the_quantized_cross_encoder_reads_a_pair_as_the_float_model_does(tiny_v
     assert verifier.probabilities(pairs[3:4])[0] == pytest.approx(quantized[3], abs=1e-6)
 
 
+def test_one_pair_reads_its_second_order_only_when_the_first_reaches_the_threshold(
+    tiny_verifier_weights, monkeypatch
+):
+    from titan.cache import pair_verifier
+
+    verifier = PairVerifier.load(model_dir(), tiny_verifier_weights, kernels())
+    pairs = [(p["cached"], p["query"]) for p in training_pairs()[40:72]]
+    lower = verifier.probabilities(pairs)
+    first = 1 / (1 + np.exp(-verifier._logits(pairs)))  # each pair's first order alone
+    threshold = float(np.median(first))  # half the pairs reach it in their first order
+    monkeypatch.setattr(pair_verifier, "THRESHOLD", threshold)
+    forwards = []
+    pair_states = verifier._model.pair_states
+    monkeypatch.setattr(
+        verifier._model, "pair_states", lambda rows: forwards.append(rows) or pair_states(rows)
+    )
+    for pair, both, alone in zip(pairs, lower, first, strict=True):
+        forwards.clear()
+        probability = verifier.probability(*pair)
+        assert (probability >= threshold) == (both >= threshold)  # the same verdict
+        if alone >= threshold:
+            assert probability == pytest.approx(both, abs=1e-6)
+            assert forwards == [[pair], [pair[::-1]]]
+        else:
+            assert forwards == [[pair]]
+
+
 def test_the_embedder_prepares_the_verifier_in_the_background(tiny_verifier_weights):
     embedder = Embedder.load()
     assert embedder.verifier_state == "off"

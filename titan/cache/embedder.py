@@ -138,13 +138,13 @@ class Embedder:
 
     async def pair_probability(self, cached: str, asked: str) -> float | None:
         """The verifier's probability that ``asked`` asks what ``cached`` asked (None while
-        it is not ready), on the embedder's thread."""
+        it is not ready), on the embedder's thread: exact from its threshold up, below it
+        perhaps one order's (``PairVerifier.probability``)."""
         verifier = self._verifier
         if verifier is None:
             return None
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(self._thread, verifier.probabilities, [(cached, asked)])
-        return found[0]
+        return await loop.run_in_executor(self._thread, verifier.probability, cached, asked)
 
     async def embed(self, text: str) -> Vector:
         future: asyncio.Future[Vector] = asyncio.get_running_loop().create_future()

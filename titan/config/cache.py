@@ -21,8 +21,8 @@ class SemanticCacheConfig(Settings):
     max_error_rate: float | None = Field(0.01, gt=0, lt=1)
     # With an error budget: the similarity from which would-be hits are verified and the
     # threshold they are served at is learned (never below it). Without: ``threshold`` serves.
-    # 0.55: chosen with the pair verifier's threshold on left-out training pairs (docs/caching.md).
-    min_similarity: float = Field(0.55, gt=0, le=1)
+    # 0.65: chosen with the pair verifier's threshold on left-out training pairs (docs/caching.md).
+    min_similarity: float = Field(0.65, gt=0, le=1)
     # Served hits that run the model anyway, so that the estimate follows the traffic.
     verify_fraction: float = Field(0.05, ge=0, le=1)
     # An entry is not served semantically before this many verifications agreed with it.
