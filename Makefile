@@ -46,8 +46,10 @@ $(QEMU_AARCH64):
 	    gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
 # The suite runs on every core (pytest-xdist, a test file per worker so that a module's engine is
-# built once; tests/redis_server.py gives each worker its own Redis database, 9 to 15).
-WORKERS := -n auto --maxprocesses 7 --dist loadfile
+# built once; tests/redis_server.py gives each worker its own Redis database, 9 to 15). Files go
+# out in collection order: xdist's default (most tests first) left one-test files such as the
+# 80-second doc walk to the end, a worker running them alone.
+WORKERS := -n auto --maxprocesses 7 --dist loadfile --no-loadscope-reorder
 
 test: install $(CHROMIUM) $(QEMU_AARCH64)
 	$(BIN)/ruff check titan tests benchmarks
