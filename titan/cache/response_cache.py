@@ -45,7 +45,8 @@ CLOCK_SKEW_S = 5.0
 # Semantic candidates checked per lookup: the nearest may fail a guard while the next passes.
 NUM_CANDIDATES = 4
 # Of those, at most this many go to the pair verifier (both orders of a pair served: ~3.4 ms
-# on two cores of a Xeon, ~6.2 on its AVX2 kernels; half for a refusal): the lookup's time
+# on two cores of a Xeon, ~6.2 on its AVX2 kernels, ~9 on a Zen 2, whose integer multiplies
+# share one port; half for a refusal): the lookup's time
 # stays bounded however many neighbours pass the floor and the guards. One since the verifier
 # reads both orders: two candidates would double a lookup's worst case past 15 ms there, for
 # the ~1.5% of lookups that had a second candidate to verify (bench/RESULTS.md).
