@@ -5,7 +5,8 @@ the same client (benchmarks/llamacpp_load.py), one at a time.
 Phases, for each server: one stream of 256 tokens (decode speed), the engine benchmark's 32
 requests arriving at once (aggregate tokens/s, TTFT, peak memory), one prompt of ~4,700 tokens
 (time to first token), and a 20-turn conversation adding ~650 tokens a turn (Titan through
-/v1/responses at its default window and at --max-model-len 2048; llama-server through
+/v1/responses at its default window and at --max-model-len 2048, and once more, not a target,
+with conversations kept to the whole default window where a CPU keeps 4,096; llama-server through
 /v1/chat/completions with the whole history, as its clients send it). Last, what Titan's context
 shift (trimmed turns' KV moved, not recomputed) changes in answers, in process
 (benchmarks/context_shift_quality.py).
@@ -78,6 +79,13 @@ class Settings:
         return replace(settings, **overrides)
 
 
+# Titan once more at its default window with conversations kept to that window (more than any
+# window here: the window caps it), where by default a CPU keeps 4,096 tokens: not a target, the
+# cost of the longer history, reported beside the targets.
+FULL_CONVERSATION = "titan-full-conversation"
+FULL_CONVERSATION_ENV = {"TITAN_CONTEXT__CONVERSATION_WINDOW": "1048576"}
+
+
 @dataclass(frozen=True)
 class Workloads:
     """What every server gets; the single streams, long prompts and conversations are drawn
@@ -125,7 +133,7 @@ def build_workloads(settings: Settings) -> Workloads:
     ]
     turns = [
         conversation_turns(settings.seed + i, settings.num_turns, settings.turn_tokens)
-        for i in range(3 * settings.conversation_runs)
+        for i in range(4 * settings.conversation_runs)
     ]
     return Workloads(at_once, singles, longs, turns)
 
@@ -180,9 +188,11 @@ def _run(settings: Settings, work_dir: Path, say: Callable[[str], None]) -> dict
     results: dict[str, Any] = {"systems": {}, "commands": {}}
     environment = titan_environment(work_dir)
     with Services() as services:
-        windows = (("titan", []), ("titan-2048", ["--max-model-len", str(settings.small_window)]))
-        for index, (name, extra) in enumerate(windows):
-            titan = start_titan(services, name, extra, environment, work_dir)
+        windows = (("titan", [], {}),
+                   ("titan-2048", ["--max-model-len", str(settings.small_window)], {}),
+                   (FULL_CONVERSATION, [], FULL_CONVERSATION_ENV))  # fmt: skip
+        for index, (name, extra, env) in zip((0, 1, 3), windows, strict=True):
+            titan = start_titan(services, name, extra, {**environment, **env}, work_dir)
             results["commands"][name] = titan.command
             server = Server(name, titan.base_url, "SmolLM2-135M-Instruct", titan.pid)
             own = work.for_server(index, settings)

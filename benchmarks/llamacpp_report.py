@@ -6,6 +6,7 @@ from typing import Any
 
 from benchmarks import llamacpp
 from benchmarks.base import Benchmark
+from benchmarks.llamacpp import FULL_CONVERSATION, FULL_CONVERSATION_ENV
 from benchmarks.results_file import quick_note
 
 NAME = "engine-llamacpp"
@@ -107,19 +108,22 @@ def render_markdown(results: dict[str, Any], json_name: str = "") -> str:
              llama["long_ttft_s"], "{:.2f}"),
     ]  # fmt: skip
     lines += ["", "### Conversation", "", _conversation_text(results), ""]
+    full = systems.get(FULL_CONVERSATION, {}).get("conversation", {}).get("turns")
     lines += [
         "| turn | Titan TTFT (s) | prompt / cached tokens | Titan 2048 TTFT (s) | prompt / cached "
-        "| llama-server TTFT (s) | prompt / cached |",
-        "|---|---|---|---|---|---|---|",
+        + ("| Titan, whole window kept, TTFT (s) | prompt / cached " if full else "")
+        + "| llama-server TTFT (s) | prompt / cached |",
+        "|---|---|---|---|---|" + ("---|---|" if full else "") + "---|---|",
     ]
     small = systems["titan-2048"]["conversation"]["turns"]
     llama_turns = llama["conversation"]["turns"]
     for index, (a, b) in enumerate(zip(titan["conversation"]["turns"], small, strict=True)):
         c = llama_turns[index] if index < len(llama_turns) else None
         theirs = f"{c['ttft_s']:.2f} | {_tokens(c)}" if c else "refused | -"
+        kept = f"{full[index]['ttft_s']:.2f} | {_tokens(full[index])} | " if full else ""
         lines.append(
             f"| {index + 1} | {a['ttft_s']:.2f} | {_tokens(a)} | {b['ttft_s']:.2f} | {_tokens(b)} "
-            f"| {theirs} |"
+            f"| {kept}{theirs} |"
         )
     lines += ["", _slowest_turns(systems)]
     if llama["conversation"]["refused"]:
@@ -168,7 +172,10 @@ def _slowest_turns(systems: dict[str, Any]) -> str:
     where the trimming cycle stands when the conversation ends, the slowest does not."""
     parts = []
     for name, label in (("titan", "Titan"), ("titan-2048", "Titan at 2048"),
+                        (FULL_CONVERSATION, "Titan keeping the whole window"),
                         ("llama-server", "llama-server")):  # fmt: skip
+        if name not in systems:  # a run from before the full-window conversations
+            continue
         turns = systems[name]["conversation"]["turns"]
         slowest = max(range(len(turns)), key=lambda index: turns[index]["ttft_s"])
         ratio = turns[slowest]["ttft_s"] / turns[0]["ttft_s"]
@@ -192,10 +199,18 @@ def _conversation_text(results: dict[str, Any]) -> str:
         "client sends the whole history each turn (llama-server has no server-side "
         "conversations; its prompt cache serves the repeated prefix)."
     )
+    full = systems.get(FULL_CONVERSATION, {}).get("conversation")
+    if full:
+        text += (
+            " By default a CPU keeps 4,096 tokens of a conversation (`context.conversation_window`"
+            '; README, "Trimming"); not a target, the same server keeping the whole window '
+            f"(`{' '.join(f'{k}={v}' for k, v in FULL_CONVERSATION_ENV.items())}`): last turn / "
+            f"first {_ratios(full['run_ratios'])}, median {full['median_ratio']:.2f}x."
+        )
     if count == 1:
         return text
     ratios = "; ".join(
-        f"{label}: " + ", ".join(f"{r:.2f}x" for r in systems[name]["conversation"]["run_ratios"])
+        f"{label}: " + _ratios(systems[name]["conversation"]["run_ratios"])
         for name, label in (("titan", "default window"), ("titan-2048", "2048"))
     )
     return (
@@ -203,6 +218,10 @@ def _conversation_text(results: dict[str, Any]) -> str:
         f"another; the targets take the median of their last-turn ratios ({ratios}); the table "
         "shows the first of each."
     )
+
+
+def _ratios(values: list[float]) -> str:
+    return ", ".join(f"{value:.2f}x" for value in values)
 
 
 BENCHMARK = Benchmark(NAME, llamacpp.run, render_markdown, packages=("torch", "titan"))

@@ -55,6 +55,7 @@ def _logprob(token_id: int, k: int) -> TokenLogprob:
 class FakeEngine:
     model_name: str = "fake-model"
     max_model_len: int = 256
+    device_type: str = "cpu"
     token_delay_s: float = 0.0
     fail_after_tokens: int | None = None  # raise EngineError after this many tokens
     start_gate: asyncio.Event | None = None  # start() waits for it (to test /ready)

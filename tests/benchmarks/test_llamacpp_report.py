@@ -45,3 +45,16 @@ def test_one_conversation_is_reported_as_it_was():
     rows = {row["check"]: row for row in targets(results)}
     assert rows["last turn's TTFT / first turn's, Titan at its default window"]["measured"] == 2.2
     assert "median" not in _conversation_text(results)
+
+
+def test_the_whole_window_conversations_are_reported_beside_the_targets():
+    from benchmarks.llamacpp import FULL_CONVERSATION
+
+    results = _results([1.5, 1.6, 1.7], [1.2])
+    results["systems"][FULL_CONVERSATION] = {
+        "conversation": with_runs([_summary(r) for r in (2.9, 3.1, 2.4)])
+    }
+    text = _conversation_text(results)
+    assert "TITAN_CONTEXT__CONVERSATION_WINDOW=1048576" in text
+    assert "last turn / first 2.90x, 3.10x, 2.40x, median 2.90x" in text
+    assert len(targets(results)) == 5  # not a target

@@ -106,3 +106,15 @@ def test_a_stale_drop_point_is_ignored(tokenizer: Tokenizer):
     # A drop point inside a turn (or past the newest) is no turn boundary: trimming as usual.
     for keep in (1, len(messages) + 5):
         assert trim(messages, count, 300, keep_dropped=keep, target=300) == exact
+
+
+def test_a_newest_turn_over_the_budget_but_within_the_limit_is_kept_alone(tokenizer: Tokenizer):
+    count = counter(tokenizer)
+    messages = conversation(5)
+    messages[-1] = {"role": "user", "content": "Tell me about brakes. " * 40}
+    alone = count([SYSTEM, messages[-1]])
+    trimmed = trim(messages, count, alone - 10, limit=alone + 10)
+    assert trimmed.messages == [SYSTEM, messages[-1]]
+    assert trimmed.num_dropped_turns == 5 and trimmed.num_prompt_tokens == alone
+    with pytest.raises(ContextLengthExceededError, match=f"the budget is {alone - 1}"):
+        trim(messages, count, alone - 10, limit=alone - 1)

@@ -150,8 +150,15 @@ class ContextConfig(Settings):
     # sending fewer old turns. 0: always keep the most that fits (every turn past the window
     # then recomputes the whole prompt: docs/ARCHITECTURE.md, "Trimming").
     trim_headroom: float = Field(0.5, ge=0, lt=1)
+    # Most tokens a server-side conversation's prompt (instructions, the turns kept, the new
+    # input) may hold; trimming drops the oldest turns beyond it. Never more than the model's
+    # window leaves after the turn's output; a request with truncation "disabled" is held to the
+    # model's window alone. None: the model's window, except an embedded engine on a CPU: 4,096,
+    # where attention over a longer history makes every late turn several times slower than the
+    # first (README, "Trimming").
+    conversation_window: int | None = Field(None, ge=256)
     # When trimming drops turns, an embedded engine copies the KV of the turns it keeps from
     # the conversation's last request (keys rotated to their new positions) instead of
     # computing them again: approximate (that KV was computed with the dropped turns in front),
-    # like llama.cpp's context shift. false: recompute exactly (docs/conversations.md).
+    # like llama.cpp's context shift. false: recompute exactly (README, "Trimming").
     context_shift: bool = True

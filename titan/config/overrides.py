@@ -19,7 +19,7 @@ ENV_PREFIX = "TITAN_"
 # The sections whose scalar settings environment variables may override.
 ENV_SECTIONS = (
     "server", "client", "routing", "retry", "hedge", "breaker", "probes", "auth", "admission",
-    "jobs", "observability",
+    "jobs", "observability", "context",
 )  # fmt: skip
 # Variables named for what they set rather than by section (taken as written, never as YAML):
 # TITAN_STORAGE=redis://..., and the client commands' server and key.

@@ -25,6 +25,7 @@ class Trimmed:
     num_prompt_tokens: int
     num_dropped_turns: int
     num_dropped_messages: int
+    budget: int | None = None  # the prompt tokens trimmed to (None: no window known)
 
 
 def turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message]]]:
@@ -47,9 +48,12 @@ def trim(
     *,
     keep_dropped: int = 0,
     target: int | None = None,
+    limit: int | None = None,
 ) -> Trimmed:
     """The longest suffix of whole turns that fits ``budget`` prompt tokens with the system
-    messages. Raises ContextLengthExceededError (400) when even the newest turn does not fit.
+    messages. Raises ContextLengthExceededError (400) when even the newest turn does not fit
+    ``limit`` (the model's window, where ``budget`` is a smaller one of the conversation's own;
+    default: ``budget``); a newest turn between the two is kept alone.
 
     With headroom (``target`` below ``budget``): the ``keep_dropped`` first non-system messages
     that the previous request of the conversation dropped stay dropped while the rest fits, so
@@ -64,12 +68,15 @@ def trim(
 
     newest = len(grouped) - 1 if grouped else 0
     minimal = count_tokens(assembled(newest))
-    if minimal > budget:
+    limit = budget if limit is None else max(limit, budget)
+    if minimal > limit:
         raise ContextLengthExceededError(
             f"The newest turn does not fit the context: with the instructions it takes "
-            f"{minimal} tokens and the budget is {budget} (the window minus max_output_tokens "
+            f"{minimal} tokens and the budget is {limit} (the window minus max_output_tokens "
             "and a reserve). Shorten the input or lower max_output_tokens."
         )
+    if minimal > budget:  # longer than the conversation may keep: the newest turn alone
+        return _trimmed(grouped, assembled(newest), minimal, newest)
     sticky = _turns_in(grouped, keep_dropped) if target < budget else 0
     kept = count_tokens(assembled(sticky))
     if kept <= budget:

@@ -48,6 +48,7 @@ class AsyncEngine:
         self.engine = engine
         self.model_name: str = engine.model_name
         self.max_model_len: int = engine.max_model_len
+        self.device_type: str = engine.device_type
         self.tokenizer: Tokenizer = engine.tokenizer
         self._loop = loop
         self._streams: dict[str, asyncio.Queue[RequestOutput | TitanError]] = {}

@@ -34,6 +34,7 @@ class Engine:
         self.max_model_len = built.max_model_len
         self.tokenizer = built.tokenizer
         self.built = built.model
+        self.device_type: str = built.model.model.device.type  # "cpu", "cuda"
         self.dtype = built.model.kv_dtype
         self.core = EngineCore(config, built)
         self.output_processor = OutputProcessor(built.tokenizer)

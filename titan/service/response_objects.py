@@ -185,6 +185,7 @@ def response_object(
             "dropped_turns": trimmed.num_dropped_turns,
             "dropped_messages": trimmed.num_dropped_messages,
             "prompt_tokens_counted": trimmed.num_prompt_tokens,
+            "prompt_budget": trimmed.budget,
             "summarized_messages": summarized,
         },
     }

@@ -114,10 +114,14 @@ class ResponsesService:
         output_tokens = body.max_output_tokens or DEFAULT_OUTPUT_TOKENS
         if model.max_model_len:
             context = self.config
-            budget = model.max_model_len - output_tokens - RESERVE_TOKENS
+            limit = model.max_model_len - output_tokens - RESERVE_TOKENS
+            budget = limit
+            if body.truncation != "disabled":  # else only the model's window may refuse a turn
+                window = context.conversation_window or models.conversation_window(model.id)
+                budget = min(limit, window or limit)
             target = int(budget * (1 - context.trim_headroom))
             trimmed = trim(system + conversation, count, budget,
-                           keep_dropped=history.dropped, target=target)  # fmt: skip
+                           keep_dropped=history.dropped, target=target, limit=limit)  # fmt: skip
             if trimmed.num_dropped_messages and body.truncation == "disabled":
                 raise InvalidRequestError(
                     f"The conversation does not fit the model's window ({trimmed.num_dropped_turns}"
@@ -129,8 +133,9 @@ class ResponsesService:
             history = replace(history, dropped=trimmed.num_dropped_messages)
             if trimmed.num_dropped_messages and context.summary_model:
                 trimmed, history = await self._summarized(
-                    context.summary_model, system, history, count, budget, client
+                    context.summary_model, system, history, count, (budget, limit), client
                 )
+            trimmed = replace(trimmed, budget=budget)
         else:  # an upstream that does not say its window: nothing to trim against
             trimmed = Trimmed(system + conversation, count(system + conversation), 0, 0)
         chat = {"model": model.id, "messages": prompt_messages(trimmed.messages),
@@ -148,7 +153,7 @@ class ResponsesService:
         system: list[dict],
         history: History,
         count: Any,
-        budget: int,
+        budgets: tuple[int, int],
         client: ClientContext,
     ) -> tuple[Trimmed, History]:
         """The prompt with the dropped messages replaced by the running summary (extended
@@ -160,7 +165,8 @@ class ResponsesService:
             )  # fmt: skip
             summarized = history.dropped
         note = {"role": "system", "content": f"Earlier in this conversation: {summary}"}
-        trimmed = trim([*system, note, *conversation[summarized:]], count, budget)
+        budget, limit = budgets
+        trimmed = trim([*system, note, *conversation[summarized:]], count, budget, limit=limit)
         trimmed = Trimmed(
             trimmed.messages,
             trimmed.num_prompt_tokens,

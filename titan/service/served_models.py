@@ -37,6 +37,16 @@ class ServedModels:
         model = self.named(model_id)
         return model.deployments[0].backend.model_card(model.name)
 
+    def conversation_window(self, model_id: str) -> int | None:
+        """Most tokens of a server-side conversation's prompt for ``model_id`` by default: what
+        an embedded engine chooses for its device, else the model's window (None: unknown)."""
+        model = self.named(model_id)
+        backend = model.deployments[0].backend
+        chosen = getattr(backend, "conversation_window", None)
+        if chosen is not None:
+            return chosen()  # type: ignore[no-any-return]
+        return backend.model_card(model.name).max_model_len
+
     def prompt_token_counter(self, model_id: str) -> Callable[[list[dict[str, Any]]], int]:
         """Counts a conversation's prompt tokens for ``model_id``: exactly (its chat template
         and tokenizer) when an embedded engine serves it, else about 4 characters a token plus

@@ -21,7 +21,9 @@ from titan.backends.embedded.convert import chat_logprobs, completion_logprobs, 
 from titan.backends.embedded.engine_handle import (
     EngineFactory,
     EngineHandle,
+    default_conversation_window,
     engine_config,
+    prompt_tokens,
     start_engine,
 )
 from titan.backends.embedded.runs import (
@@ -69,12 +71,9 @@ class EmbeddedBackend:
         name: str = "embedded",
         engine_factory: EngineFactory = start_engine,
     ):
-        config = deployment.engine if isinstance(deployment, EmbeddedDeployment) else deployment
-        self._max_tool_calls = (
-            deployment.max_tool_calls
-            if isinstance(deployment, EmbeddedDeployment)
-            else EmbeddedDeployment().max_tool_calls
-        )
+        embedded = deployment if isinstance(deployment, EmbeddedDeployment) else None
+        config = embedded.engine if embedded else deployment
+        self._max_tool_calls = (embedded or EmbeddedDeployment()).max_tool_calls
         if model_name is not None and config.served_model_name is None:
             config = config.model_copy(update={"served_model_name": model_name})
         self._config = config
@@ -129,12 +128,12 @@ class EmbeddedBackend:
             max_model_len=engine.max_model_len,
         )
 
+    def conversation_window(self) -> int:
+        """Most tokens a conversation keeps unless the config says (engine_handle.py)."""
+        return default_conversation_window(self._running_engine())
+
     def count_prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
-        """Tokens of ``messages`` as this model sees them: the chat template applied, encoded
-        with its own tokenizer (what context trimming budgets against)."""
-        tokenizer = self._running_engine().tokenizer
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        return len(tokenizer.encode(text, add_special_tokens=False))
+        return prompt_tokens(self._running_engine(), messages)  # what trimming budgets against
 
     def stats(self) -> dict[str, Any]:
         engine = self._running_engine()
