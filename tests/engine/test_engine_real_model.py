@@ -219,6 +219,7 @@ def test_requests_that_cannot_fit_are_refused_with_both_counts(tokenizer):
     from titan.errors import ContextLengthExceededError, InvalidRequestError
 
     engine = Engine(EngineConfig(max_model_len=64))
+    assert engine.device_type == "cpu"  # what sets a conversation's default window
     prompt = tokenizer.encode("word " * 70)
     with pytest.raises(ContextLengthExceededError, match=r"64 tokens.*\d+ in the prompt"):
         engine.add_request("long", prompt, SamplingParams(max_tokens=1))

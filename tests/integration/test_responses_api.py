@@ -94,6 +94,7 @@ def test_a_long_conversation_is_trimmed_to_the_real_window(headroom: float, cont
             # Exact: the engine's own prompt count is what trimming counted.
             context = response.http_response.json()["context"]
             assert parsed.usage.input_tokens == context["prompt_tokens_counted"]
+            assert context["prompt_budget"] == window - output - 16  # the window, under 4,096
             dropped.append(context["dropped_turns"])
             cached.append(parsed.usage.input_tokens_details.cached_tokens)
             previous = parsed.id

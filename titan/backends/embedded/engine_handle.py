@@ -52,7 +52,7 @@ EngineFactory = Callable[[EngineConfig], Awaitable[EngineHandle]]
 
 # Most tokens a server-side conversation keeps when the engine runs on a CPU and
 # context.conversation_window is unset. A turn's attention grows with the context it attends to:
-# on 2 cores a ~650-token turn over ~7,000 earlier tokens takes 2.5-4x the first turn, over ~3,300
+# on 2 cores a ~650-token turn over ~7,000 earlier tokens takes 2.5-3.6x the first turn, over ~3,300
 # about 1.7-2x (docs/ARCHITECTURE.md, "How much a conversation keeps"). Ollama and LM Studio give
 # models this context by default too.
 CPU_CONVERSATION_WINDOW = 4096
