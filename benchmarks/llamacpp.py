@@ -191,6 +191,7 @@ def _run(settings: Settings, work_dir: Path, say: Callable[[str], None]) -> dict
         windows = (("titan", [], {}),
                    ("titan-2048", ["--max-model-len", str(settings.small_window)], {}),
                    (FULL_CONVERSATION, [], FULL_CONVERSATION_ENV))  # fmt: skip
+        # each server's own slice of the workloads: llama-server's is 2
         for index, (name, extra, env) in zip((0, 1, 3), windows, strict=True):
             titan = start_titan(services, name, extra, {**environment, **env}, work_dir)
             results["commands"][name] = titan.command

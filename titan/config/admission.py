@@ -154,8 +154,8 @@ class ContextConfig(Settings):
     # input) may hold; trimming drops the oldest turns beyond it. Never more than the model's
     # window leaves after the turn's output; a request with truncation "disabled" is held to the
     # model's window alone. None: the model's window, except an embedded engine on a CPU: 4,096,
-    # where attention over a longer history makes every late turn several times slower than the
-    # first (README, "Trimming").
+    # where attention over a longer history makes late turns 2.5-3.6x slower than the first
+    # (README, "Trimming").
     conversation_window: int | None = Field(None, ge=256)
     # When trimming drops turns, an embedded engine copies the KV of the turns it keeps from
     # the conversation's last request (keys rotated to their new positions) instead of
